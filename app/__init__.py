@@ -1,0 +1,1 @@
+"""User-facing layer: the Gradio app and the shared command-line options."""

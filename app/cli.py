@@ -1,0 +1,66 @@
+"""Command-line options shared by scripts/generate.py, scripts/benchmark.py and app/main.py,
+and the one-line error exit they all use."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from core.engine import METHODS, GenConfig
+from core.sampling import SamplingConfig
+
+DEFAULT_PAIR = "smol-self"
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=DEFAULT_PAIR, help="pair name (see download_models.py --list)")
+    p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
+    p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
+
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gamma", default="auto", help="'auto' (hardware-aware) or a number")
+    p.add_argument("--sequential", action="store_true", help="duo without overlap (comparison)")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def parse_gamma(value: str) -> int | None:
+    if str(value).lower() == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"--gamma must be 'auto' or a number, got '{value}'") from None
+
+
+def gen_config(args, method: str) -> GenConfig:
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    cfg = GenConfig(method=method, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                    seed=args.seed, gamma=parse_gamma(args.gamma),
+                    stop_strings=tuple(args.stop), sequential=args.sequential)
+    cfg.validate()
+    return cfg
+
+
+def check_methods(names: list[str]) -> list[str]:
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; known: {', '.join(METHODS)}")
+    return names
+
+
+def quiet_logs() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+
+
+def fail(msg: str) -> None:
+    """A one-line error on stderr, exit code 2, no traceback."""
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(2)

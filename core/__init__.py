@@ -1,0 +1,1 @@
+"""The decoding algorithm: sampling, verification, methods, scheduler, budget. No model code."""

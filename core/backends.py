@@ -1,0 +1,56 @@
+"""The two seams between the algorithm and the models: who proposes and who verifies."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from core.sampling import SamplingConfig
+
+
+@dataclass
+class Draft:
+    """Draft tokens (target ids) proposed after some context, with their q_draft rows."""
+    tokens: list[int] = field(default_factory=list)
+    q_draft: np.ndarray | None = None  # (len(tokens), target vocab); None when greedy
+    busy_s: float = 0.0  # time the drafter spent on it
+    span: tuple[float, float] = (0.0, 0.0)  # perf_counter start/end
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def tail(self, start: int) -> "Draft":
+        q = None if self.q_draft is None else self.q_draft[start:]
+        return Draft(self.tokens[start:], q, self.busy_s, self.span)
+
+
+class Drafter(Protocol):
+    """Owns its KV cache; contexts and proposals are in target token ids."""
+    name: str
+
+    def propose(self, context: list[int], n: int, sampling: SamplingConfig,
+                rng: np.random.Generator, stop: threading.Event | None = None) -> Draft:
+        """Roll back to the longest common prefix with `context`, then draft up to n tokens."""
+
+    def rollback(self, n_keep: int) -> None: ...
+
+    def set_threads(self, n: int) -> None: ...
+
+
+class Target(Protocol):
+    """Owns its KV cache: `n_cached` tokens of the context are in it."""
+    name: str
+    n_ctx: int
+    eos_ids: set[int]
+
+    @property
+    def n_cached(self) -> int: ...
+
+    def score(self, tokens: list[int], n_rows: int) -> np.ndarray:
+        """Append `tokens` to the cache; logits (n_rows, vocab) of the last n_rows positions."""
+
+    def rollback(self, n_keep: int) -> None: ...
+
+    def set_threads(self, n: int) -> None: ...

@@ -1,0 +1,108 @@
+"""Hardware-aware draft budget: how many tokens to draft per round, from measured times.
+
+Model of a `duo` round that verifies gamma draft tokens: the target scores gamma + 1 tokens
+(T(gamma + 1)) while the draft writes the next chunk of gamma + 1 tokens (its guess of the
+target's next token plus gamma). The round takes the max of the two. A chunk is usable when
+every token passed and its guess matched (alpha^(gamma+1)); otherwise the next round has no
+draft and yields one target token. A two-state Markov chain gives the expected tokens/s.
+For `sps` the two run one after the other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_GAMMA = 32
+
+
+@dataclass
+class Profile:
+    draft_token_s: float  # draft time per token (decode step)
+    verify_s: list[float]  # verify_s[n - 1]: target forward of n tokens
+    draft_step_s: dict = field(default_factory=dict)  # k branches -> time of one batched step
+    device: str = "cpu"
+
+    def verify(self, n: int) -> float:
+        n = max(1, n)
+        if n <= len(self.verify_s):
+            return self.verify_s[n - 1]
+        last, prev = self.verify_s[-1], self.verify_s[-2] if len(self.verify_s) > 1 else 0.0
+        return last + (n - len(self.verify_s)) * max(last - prev, 0.0)
+
+    def to_dict(self) -> dict:
+        return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
+                "draft_step_s": self.draft_step_s, "device": self.device}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Profile":
+        steps = {int(k): v for k, v in d.get("draft_step_s", {}).items()}
+        return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"))
+
+
+class DraftBudget:
+    """Picks gamma; adapts to the running acceptance rate and to measured round times."""
+
+    def __init__(self, profile: Profile, overlap: bool = True, fixed: int | None = None,
+                 alpha: float = 0.8, max_gamma: int = MAX_GAMMA, ema: float = 0.3):
+        self.profile, self.overlap, self.fixed = profile, overlap, fixed
+        self.alpha, self.max_gamma, self.ema = alpha, max_gamma, ema
+        self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
+        self.reason = ""
+        self.gamma = fixed if fixed else self._choose()
+
+    # -- the cost model -------------------------------------------------------------------
+    def draft_s(self, n: int) -> float:
+        return n * self.profile.draft_token_s * self.draft_scale
+
+    def verify_s(self, n: int) -> float:
+        return self.profile.verify(n) * self.verify_scale
+
+    def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
+        a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
+        tokens_full = (1 - a ** (gamma + 1)) / (1 - a)  # accepted + the target's own token
+        if not self.overlap:
+            return tokens_full / (self.draft_s(gamma) + self.verify_s(gamma + 1))
+        t_full = max(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
+        t_empty = max(self.verify_s(1), self.draft_s(gamma + 1))
+        stay, enter = a ** (gamma + 1), a  # P(full -> full), P(empty -> full)
+        pi_full = enter / (enter + 1 - stay)
+        tokens = pi_full * tokens_full + (1 - pi_full)
+        return tokens / (pi_full * t_full + (1 - pi_full) * t_empty)
+
+    def balanced_gamma(self) -> int:
+        """Largest gamma whose drafting fits inside its verification."""
+        fits = [g for g in range(1, self.max_gamma + 1)
+                if self.draft_s(g + 1) <= self.verify_s(g + 1)]
+        return max(fits) if fits else 1
+
+    def _choose(self) -> int:
+        bal = self.balanced_gamma()
+        best = max(range(1, self.max_gamma + 1), key=self.expected_rate)
+        self.reason = (f"balance: drafting {bal + 1} tokens ({self.draft_s(bal + 1) * 1e3:.1f} ms)"
+                       f" fits verifying {bal + 1} ({self.verify_s(bal + 1) * 1e3:.1f} ms);"
+                       f" refined to {best}: expected {self.expected_rate(best):.1f} tok/s"
+                       f" at acceptance {self.alpha:.2f}")
+        return best
+
+    # -- online adaptation ----------------------------------------------------------------
+    def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: int = 0,
+                verify_s: float = 0.0, verify_n: int = 0) -> int:
+        """Feed one round's outcome and times; returns the gamma for the next round."""
+        if drafted:
+            # per-token pass rate: `accepted` passes, plus one failure if any was rejected
+            trials = accepted + (accepted < drafted)
+            self.alpha += self.ema * (accepted / trials - self.alpha)
+        if draft_n and draft_s > 0:
+            ratio = draft_s / (draft_n * self.profile.draft_token_s)
+            self.draft_scale += self.ema * (ratio - self.draft_scale)
+        if verify_n and verify_s > 0:
+            ratio = verify_s / self.profile.verify(verify_n)
+            self.verify_scale += self.ema * (ratio - self.verify_scale)
+        if not self.fixed:
+            self.gamma = self._choose()
+        return self.gamma
+
+    def explain(self) -> dict:
+        return {"gamma": self.gamma, "fixed": bool(self.fixed), "reason": self.reason or
+                f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),
+                "draft_scale": round(self.draft_scale, 3),
+                "verify_scale": round(self.verify_scale, 3), "profile": self.profile.to_dict()}

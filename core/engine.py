@@ -1,0 +1,210 @@
+"""The decoding methods: `vanilla` (target only, the oracle), `sps` (draft then verify) and
+`duo` (draft the next chunk while the target verifies this one). Each is a generator of
+Events, so streaming is free."""
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from core.backends import Draft, Drafter, Target
+from core.budget import DraftBudget, Profile
+from core.metrics import GenerationStats, RoundRecord
+from core.output import Event, Output
+from core.sampling import SamplingConfig, logits_to_probs
+from core.scheduler import DraftWorker
+from core.verify import Verdict, verify_greedy, verify_sampled
+
+METHODS = ("vanilla", "sps", "duo")
+
+
+@dataclass
+class GenConfig:
+    method: str = "duo"
+    max_new_tokens: int = 128
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int = 0
+    gamma: int | None = None  # None: the hardware-aware budget picks it
+    stop_strings: tuple[str, ...] = ()
+    sequential: bool = False  # duo only: same rounds, no overlap
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
+        if self.max_new_tokens <= 0:
+            raise ValueError(f"--max-new-tokens must be > 0, got {self.max_new_tokens}")
+        if self.gamma is not None and not 1 <= self.gamma <= 64:
+            raise ValueError(f"gamma must be 'auto' or 1..64, got {self.gamma}")
+        self.sampling.validate()
+
+
+class Run:
+    """One generation: the context, the output, the stats, and the verify step."""
+
+    def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
+                 decode: Callable[[list[int]], str]):
+        cfg.validate()
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        self.target, self.cfg = target, cfg
+        self.ctx = list(prompt)
+        self.out = Output(decode, target.eos_ids, cfg.max_new_tokens, cfg.stop_strings)
+        self.stats = GenerationStats(method=cfg.method)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.t0 = time.perf_counter()
+        self.last_scored = 0
+        target.rollback(0)
+
+    def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
+        """One target forward over the uncached context plus the draft; rolls the target's
+        cache back to the verified prefix."""
+        t0 = time.perf_counter()
+        new = self.ctx[self.target.n_cached:] + draft.tokens
+        self.last_scored = len(new)
+        logits = self.target.score(new, len(draft) + 1)
+        if self.cfg.sampling.greedy:
+            verdict = verify_greedy(draft.tokens, logits.argmax(axis=-1).tolist())
+        else:
+            p_target = logits_to_probs(logits, self.cfg.sampling)
+            verdict = verify_sampled(draft.tokens, draft.q_draft, p_target, self.rng)
+        self.target.rollback(len(self.ctx) + verdict.accepted)
+        t1 = time.perf_counter()
+        self.stats.target_busy_s += t1 - t0
+        return verdict, (t0, t1)
+
+    def commit(self, draft: Draft, verdict: Verdict) -> Event:
+        new = draft.tokens[:verdict.accepted] + [verdict.token]
+        self.ctx += new
+        ev = self.out.push(new, ["draft"] * verdict.accepted + ["target"])
+        if not self.stats.ttft_s and ev.tokens:
+            self.stats.ttft_s = time.perf_counter() - self.t0
+        return ev
+
+    def finish(self, last: Event) -> Event:
+        s = self.stats
+        s.wall_s = time.perf_counter() - self.t0
+        s.new_tokens = len(self.out.ids)
+        s.stop_reason = self.out.reason or "stopped"
+        last.done, last.stats = True, s.to_dict()
+        return last
+
+    def draft_room(self, gamma: int) -> int:
+        """Never draft past what may still be emitted or past the target's window."""
+        room = min(self.out.remaining - 1, self.target.n_ctx - len(self.ctx) - 2)
+        return max(0, min(gamma, room))
+
+
+def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
+             decode: Callable[[list[int]], str], profile: Profile | None = None) -> Iterator[Event]:
+    """Yield Events as tokens are verified; the last one has done=True and the stats."""
+    run = Run(target, prompt, cfg, decode)
+    if cfg.method != "vanilla" and drafter is None:
+        raise ValueError(f"method '{cfg.method}' needs a draft model")
+    loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
+    budget = None
+    if cfg.method != "vanilla":
+        budget = DraftBudget(profile or _flat_profile(), overlap=cfg.method == "duo",
+                             fixed=cfg.gamma)
+        run.stats.gamma = cfg.gamma or "auto"
+    last = Event()
+    with closing(loop(run, drafter, budget)) as events:  # closing joins the draft worker
+        for ev in events:
+            last = ev
+            if ev.done:
+                break
+            yield ev
+    if budget is not None:
+        run.stats.gamma_profile = budget.explain()
+    yield run.finish(last)
+
+
+def _flat_profile() -> Profile:
+    """Used when nothing was measured: verification cost grows slowly with length."""
+    return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
+
+
+def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
+    empty = Draft()
+    while True:
+        verdict, span = run.verify(empty)
+        run.stats.rounds += 1
+        yield run.commit(empty, verdict)
+
+
+def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True)
+    while True:
+        start = time.perf_counter()
+        gamma = run.draft_room(budget.gamma)
+        draft = worker.submit(run.ctx, gamma).result() if gamma else Draft()
+        run.stats.draft_busy_s += draft.busy_s
+        verdict, vspan = run.verify(draft)
+        rec = _record(run, start, draft.span if draft else (start, start), vspan, len(draft),
+                      verdict.accepted)
+        _observe(run, budget, rec, len(draft), verdict.accepted, len(draft))
+        yield run.commit(draft, verdict)
+
+
+def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
+    """While the target verifies `draft`, the worker drafts the next chunk from
+    ctx + draft: its first token guesses the target's own next token. When every draft token
+    passes and the guess matches, the rest of the chunk is the next round's draft; otherwise
+    the chunk is dropped and the next round verifies no draft (one target token) while the
+    worker drafts afresh from the verified context."""
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
+    draft, dropped = Draft(), []
+    try:
+        while True:
+            start = time.perf_counter()
+            job = worker.submit(run.ctx + draft.tokens, run.draft_room(budget.gamma + 1))
+            verdict, vspan = run.verify(draft)
+            ev = run.commit(draft, verdict)
+            if ev.done or not verdict.bonus(len(draft)):
+                job.cancel()
+                dropped.append((_record(run, start, (start, start), vspan, len(draft),
+                                        verdict.accepted), job))
+                _observe(run, budget, dropped[-1][0], len(draft), verdict.accepted, 0)
+                draft = Draft()
+            else:
+                chunk = job.result()
+                run.stats.draft_busy_s += chunk.busy_s
+                match = chunk.tokens[:1] == [verdict.token]
+                rec = _record(run, start, chunk.span, vspan, len(draft), verdict.accepted)
+                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + match, len(chunk))
+                draft = chunk.tail(1) if match else Draft()
+            yield ev
+            if ev.done:
+                return
+    finally:
+        worker.close()
+        _settle_dropped(run, dropped)
+
+
+def _settle_dropped(run: Run, dropped: list) -> None:
+    """Dropped chunks still took draft time: put their real spans in the timeline."""
+    for rec, job in dropped:
+        chunk = job.result()
+        run.stats.draft_busy_s += chunk.busy_s
+        rec.draft_span = (chunk.span[0] - run.t0, chunk.span[1] - run.t0)
+
+
+def _record(run: Run, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:
+    t0 = run.t0
+    rec = RoundRecord(start - t0, time.perf_counter() - t0, (dspan[0] - t0, dspan[1] - t0),
+                      (vspan[0] - t0, vspan[1] - t0), drafted, accepted)
+    run.stats.record_round(rec)
+    return rec
+
+
+def _observe(run: Run, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
+             draft_n: int) -> None:
+    """Feed the budget one round: pass rate, draft time per token, verify time per length
+    (a prefill round is no sample of verify time)."""
+    run.stats.gammas_used[budget.gamma] += 1
+    scored = run.last_scored if run.last_scored == rec.drafted + 1 else 0
+    budget.observe(trials, passed,
+                   draft_s=rec.draft_span[1] - rec.draft_span[0], draft_n=draft_n,
+                   verify_s=rec.verify_span[1] - rec.verify_span[0], verify_n=scored)

@@ -1,0 +1,98 @@
+"""GenerationStats: the one record of a generation's speed; UI, CLI and benchmark read it."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RoundRecord:
+    start: float
+    end: float
+    draft_span: tuple[float, float]
+    verify_span: tuple[float, float]
+    drafted: int
+    accepted: int
+    seqs: int = 1
+
+    def to_dict(self) -> dict:
+        return {"start": self.start, "end": self.end, "draft_span": list(self.draft_span),
+                "verify_span": list(self.verify_span), "drafted": self.drafted,
+                "accepted": self.accepted, "seqs": self.seqs}
+
+
+@dataclass
+class GenerationStats:
+    method: str
+    gamma: int | str = 0
+    new_tokens: int = 0
+    wall_s: float = 0.0
+    ttft_s: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_busy_s: float = 0.0
+    target_busy_s: float = 0.0
+    accept_by_position: list[list[int]] = field(default_factory=list)  # [tried, passed]
+    rounds_log: list[RoundRecord] = field(default_factory=list)
+    gamma_profile: dict = field(default_factory=dict)
+    gammas_used: Counter = field(default_factory=Counter)
+    seq_hist: Counter = field(default_factory=Counter)
+    seq_confusion: dict = field(default_factory=dict)
+    vocab: dict = field(default_factory=dict)
+    stop_reason: str = ""
+
+    def record_round(self, rec: RoundRecord) -> None:
+        self.rounds += 1
+        self.drafted += rec.drafted
+        self.accepted += rec.accepted
+        self.rounds_log.append(rec)
+        for i in range(rec.drafted):
+            while len(self.accept_by_position) <= i:
+                self.accept_by_position.append([0, 0])
+            self.accept_by_position[i][0] += 1
+            self.accept_by_position[i][1] += int(i < rec.accepted)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_round(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def round_wall_s(self) -> float:
+        return sum(r.end - r.start for r in self.rounds_log)
+
+    @property
+    def overlap_efficiency(self) -> float:
+        """Sum over rounds of max(draft, verify) over total round wall time (1.0 = ideal)."""
+        wall = self.round_wall_s
+        if wall <= 0:
+            return 0.0
+        busy = sum(max(_len(r.draft_span), _len(r.verify_span)) for r in self.rounds_log)
+        return min(1.0, busy / wall)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        wall = self.round_wall_s
+        d.update(
+            tokens_per_s=self.tokens_per_s, acceptance_rate=self.acceptance_rate,
+            mean_accepted_per_round=self.mean_accepted_per_round,
+            overlap_efficiency=self.overlap_efficiency,
+            draft_idle_s=max(0.0, wall - self.draft_busy_s) if self.drafted else 0.0,
+            target_idle_s=max(0.0, wall - self.target_busy_s),
+            rounds_log=[r.to_dict() for r in self.rounds_log],
+            gammas_used={str(k): v for k, v in sorted(self.gammas_used.items())},
+            seq_hist={str(k): v for k, v in sorted(self.seq_hist.items())},
+        )
+        return d
+
+
+def _len(span: tuple[float, float]) -> float:
+    return max(0.0, span[1] - span[0])

@@ -1,0 +1,80 @@
+"""Output: the verified tokens so far, streaming text deltas, and the stop rules."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Event:
+    """What one commit adds: target token ids, where each came from, the new text."""
+    tokens: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # "draft" (accepted) or "target"
+    text: str = ""
+    done: bool = False
+    stats: dict | None = None  # set on the final event
+
+
+class Output:
+    def __init__(self, decode: Callable[[list[int]], str], eos_ids: set[int],
+                 max_new_tokens: int, stop_strings: tuple[str, ...] = ()):
+        self.decode, self.eos_ids = decode, eos_ids
+        self.max_new_tokens, self.stop_strings = max_new_tokens, tuple(s for s in stop_strings if s)
+        self.ids: list[int] = []
+        self.text = ""  # text released so far
+        self.done = False
+        self.reason = ""
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.ids)
+
+    def push(self, tokens: list[int], sources: list[str]) -> Event:
+        """Commit verified tokens, stopping at EOS, max tokens or a stop string."""
+        ev = Event()
+        for tok, src in zip(tokens, sources):
+            if self.done:
+                break
+            if tok in self.eos_ids:
+                self._finish("eos")
+                break
+            self.ids.append(tok)
+            ev.tokens.append(tok)
+            ev.sources.append(src)
+            if self.remaining <= 0:
+                self._finish("max_new_tokens")
+        ev.text = self._release()
+        ev.done = self.done
+        return ev
+
+    def _finish(self, reason: str) -> None:
+        self.done, self.reason = True, reason
+
+    def _release(self) -> str:
+        full = self.decode(self.ids)
+        cut = self._stop_cut(full)
+        if cut is not None:
+            full = full[:cut]
+            self._finish("stop_string")
+        elif not self.done:
+            full = full.rstrip("\ufffd")  # wait for the rest of a split UTF-8 character
+            full = full[:max(len(full) - self._hold(full), 0)]
+        if not full.startswith(self.text):  # tokenizer re-spaced earlier text: release as is
+            full = self.text + full[len(self.text):]
+        delta, self.text = full[len(self.text):], full
+        return delta
+
+    def _stop_cut(self, full: str) -> int | None:
+        hits = [full.find(s, max(0, len(self.text) - len(s))) for s in self.stop_strings]
+        hits = [h for h in hits if h >= 0]
+        return min(hits) if hits else None
+
+    def _hold(self, full: str) -> int:
+        """Characters to hold back because they may be the start of a stop string."""
+        hold = 0
+        for s in self.stop_strings:
+            for k in range(min(len(s) - 1, len(full)), 0, -1):
+                if full.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        return hold

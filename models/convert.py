@@ -1,0 +1,75 @@
+"""GGUF -> PyTorch weights, converted once and cached as safetensors, keyed by file hash."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("duo.convert")
+
+
+def cache_root() -> Path:
+    root = os.environ.get("DUO_CACHE_DIR") or Path.home() / ".cache" / "duodecoding"
+    return Path(root)
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of the file, remembered per (path, size, mtime) so later loads skip hashing."""
+    st = path.stat()
+    memo = cache_root() / "hashes.json"
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    known = json.loads(memo.read_text()) if memo.exists() else {}
+    if key not in known:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+        known[key] = digest.hexdigest()
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(memo, json.dumps(known, indent=1))
+    return known[key]
+
+
+def converted_dir(gguf: Path, progress=None) -> Path:
+    """A directory holding config, tokenizer and model.safetensors for `gguf` (made if new)."""
+    out = cache_root() / "converted" / file_hash(gguf)[:32]
+    if (out / "model.safetensors").exists():
+        return out
+    _say(progress, f"converting {gguf.name} to PyTorch weights (first load only; 20-60 s)")
+    t0 = time.perf_counter()
+    _convert(gguf, out)
+    _say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
+    return out
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    tok.save_pretrained(str(tmp))
+    model.config.save_pretrained(str(tmp))
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(str(tmp))
+    save_model(model, str(tmp / "model.safetensors"))
+    tmp.rename(out)
+
+
+def _say(progress, msg: str) -> None:
+    log.info(msg)
+    if progress is not None:
+        progress(msg)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,131 @@
+"""Loads a named pair (target + draft + tokenizer + budget profile) and runs generations on it."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from core.engine import GenConfig, generate
+from core.output import Event
+from core.vocab import IdentityVocab
+from models.catalog import PairError, get_pair, resolve_file
+from models.convert import converted_dir
+from models.target_torch import pick_device
+
+log = logging.getLogger("duo.loader")
+
+
+@dataclass
+class LoadOptions:
+    device: str | None = None  # None: cuda when present, else cpu
+    n_ctx: int = 4096
+    remeasure: bool = False  # profile the draft budget again
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+class Pair:
+    """A loaded draft/target pair: the one object the CLI, benchmark and app talk to."""
+
+    def __init__(self, name: str, opts: LoadOptions | None = None,
+                 progress: Callable[[str], None] | None = None):
+        from transformers import AutoTokenizer
+
+        from models.draft_llama import LlamaDrafter
+        from models.target_torch import TorchTarget
+
+        self.spec, self.opts = get_pair(name), opts or LoadOptions()
+        say = progress or (lambda m: log.info(m))
+        t0 = time.perf_counter()
+        target_gguf, draft_gguf = _files(self.spec)
+        model_dir = converted_dir(target_gguf, say)
+        say(f"loading target {target_gguf.name}")
+        self.target = TorchTarget(model_dir, self.opts.device)
+        self.target.n_ctx = min(self.target.n_ctx, self.opts.n_ctx)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        say(f"loading draft {draft_gguf.name} on the CPU")
+        self.drafter = LlamaDrafter(draft_gguf, n_threads=1, n_ctx=self.opts.n_ctx + 64)
+        self.drafter.vocab = self._vocab()
+        self.load_s = time.perf_counter() - t0
+        self.profile = None
+        self._progress = say
+
+    def _vocab(self):
+        if self.spec.same_tokenizer:
+            return IdentityVocab(self.drafter.n_vocab, self.target.vocab_size)
+        raise PairError(f"pair '{self.spec.name}' has different draft and target tokenizers; "
+                        "vocabulary alignment is not available yet")
+
+    # -- threads and the budget profile --------------------------------------------------
+    def threads_for(self, method: str) -> tuple[int, int]:
+        """(draft, target) threads: duo splits the cores when the target is on the CPU."""
+        cores = max(1, self.opts.cores)
+        if self.target.device.startswith("cuda"):
+            return cores, 1
+        if method == "duo":
+            return max(1, cores // 2), max(1, cores - cores // 2)
+        return cores, cores
+
+    def ensure_profile(self, method: str, remeasure: bool = False):
+        from models.profiler import load_or_measure
+
+        threads = self.apply_threads(method)
+        self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
+                                       remeasure or self.opts.remeasure, self._progress)
+        return self.profile
+
+    def apply_threads(self, method: str) -> tuple[int, int]:
+        draft_n, target_n = self.threads_for(method)
+        self.drafter.set_threads(draft_n)
+        self.target.set_threads(target_n)
+        return draft_n, target_n
+
+    # -- prompts and generation ---------------------------------------------------------
+    def prompt_ids(self, prompt: str | list[dict], raw: bool = False) -> list[int]:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if not any(m.get("content", "").strip() for m in messages):
+            raise ValueError("the prompt is empty")
+        if raw or not self.tokenizer.chat_template:
+            text = "".join(m["content"] for m in messages)
+            ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        else:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                     tokenize=True)["input_ids"]
+        limit = self.target.n_ctx - 1
+        if len(ids) > limit:
+            raise ValueError(f"the prompt is {len(ids)} tokens; the context window allows "
+                             f"{limit}")
+        return list(ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def generate(self, prompt_ids: list[int], cfg: GenConfig) -> Iterator[Event]:
+        cfg.validate()
+        profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
+        if cfg.method == "vanilla":
+            self.apply_threads("vanilla")
+        drafter = None if cfg.method == "vanilla" else self.drafter
+        for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile):
+            if ev.stats is not None:
+                ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
+                ev.stats["vocab"] = self.drafter.vocab.stats()
+            yield ev
+
+    def placement(self) -> dict:
+        draft_n, _ = self.threads_for("duo")
+        return {"draft": f"CPU, {draft_n} thread(s)", "target": self.target.device_name()}
+
+    def close(self) -> None:
+        self.drafter.close()
+
+
+def _files(spec):
+    try:
+        return resolve_file(spec.target), resolve_file(spec.draft)
+    except (OSError, ValueError) as e:
+        raise PairError(f"pair '{spec.name}': {e}") from e
+
+
+__all__ = ["Pair", "LoadOptions", "PairError", "pick_device"]

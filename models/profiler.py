@@ -1,0 +1,84 @@
+"""Measures draft time per token and target forward time for 1..32 tokens; cached per
+machine, pair, device and thread counts."""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from core.budget import MAX_GAMMA, Profile
+from core.sampling import SamplingConfig
+from models.convert import cache_root
+
+GREEDY = SamplingConfig()
+
+
+def machine_key() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}|{cpu}"
+
+
+def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
+                    remeasure: bool = False, progress=None) -> Profile:
+    path = cache_root() / "profiles.json"
+    key = f"{machine_key()}|{pair_name}|{target.device}|draft{threads[0]}|target{threads[1]}"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if key in known and not remeasure:
+        return Profile.from_dict(known[key])
+    if progress:
+        progress("profiling the draft budget (draft time per token, target verify time 1..32)")
+    prof = measure(drafter, target, context_len=64)
+    known[key] = prof.to_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(known, indent=1))
+    return prof
+
+
+def measure(drafter, target, context_len: int = 64, repeats: int = 3) -> Profile:
+    ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
+    draft_s = draft_time(drafter, ctx, 16, repeats) / 16
+    verify = [verify_time(target, ctx, n, repeats) for n in range(1, MAX_GAMMA + 1)]
+    return Profile(draft_token_s=draft_s, verify_s=verify, device=target.device)
+
+
+def draft_time(drafter, ctx: list[int], n: int, repeats: int = 3) -> float:
+    """Median time to draft n tokens after ctx (the prefill is done before the clock)."""
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(repeats + 1):  # the first is warm-up
+        drafter.propose(ctx, 1, GREEDY, rng)
+        t0 = time.perf_counter()
+        drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def verify_time(target, ctx: list[int], n: int, repeats: int = 3) -> float:
+    """Median time of one target forward of n tokens after a cached ctx."""
+    target.rollback(0)
+    target.score(ctx, 1)
+    times = []
+    for _ in range(repeats + 1):
+        target.rollback(len(ctx))
+        _sync(target)
+        t0 = time.perf_counter()
+        target.score(ctx[:n] if n <= len(ctx) else (ctx * 2)[:n], n)
+        _sync(target)
+        times.append(time.perf_counter() - t0)
+    target.rollback(0)
+    return statistics.median(times[1:])
+
+
+def _sync(target) -> None:
+    if hasattr(target, "synchronize"):
+        target.synchronize()

@@ -1,0 +1,77 @@
+"""The target backend: a transformers causal LM on cuda (bf16) or the CPU (fp32), with a
+KV cache that can be cropped back to any prefix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+
+def pick_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class TorchTarget:
+    def __init__(self, model_dir: str | Path, device: str | None = None,
+                 n_ctx: int | None = None):
+        self.device = device or pick_device()
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        self.model.to(self.device).eval()
+        cfg = self.model.config
+        self.name = Path(model_dir).name
+        self.vocab_size = int(cfg.get_text_config().vocab_size)
+        self.n_ctx = int(n_ctx or getattr(cfg, "max_position_embeddings", 4096) or 4096)
+        self.eos_ids = _eos_ids(self.model)
+        self.cache = self._new_cache()
+
+    @property
+    def n_cached(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    @torch.inference_mode()
+    def score(self, tokens: list[int], n_rows: int) -> np.ndarray:
+        if not tokens:
+            raise ValueError("score() needs at least one token")
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=n_rows)
+        self.cache = out.past_key_values
+        return out.logits[0, -n_rows:].float().cpu().numpy()
+
+    def rollback(self, n_keep: int) -> None:
+        if n_keep == 0:
+            self.cache = self._new_cache()
+        else:  # crop(0) too: it trims sliding-window layers back to their window
+            self.cache.crop(-max(0, self.n_cached - n_keep))
+
+    def _new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        for layer in cache.layers:  # sliding-window layers must keep what a rollback needs
+            if hasattr(layer, "activate_past_recording"):
+                layer.activate_past_recording()
+        return cache
+
+    def set_threads(self, n: int) -> None:
+        if not self.device.startswith("cuda"):
+            torch.set_num_threads(n)
+
+    def synchronize(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def device_name(self) -> str:
+        if self.device.startswith("cuda"):
+            return f"{self.device} ({torch.cuda.get_device_name(0)})"
+        return "CPU"
+
+
+def _eos_ids(model) -> set[int]:
+    ids: set[int] = set()
+    for cfg in (model.generation_config, model.config):
+        eos = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+        if eos is not None:
+            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+    return ids

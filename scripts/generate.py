@@ -1,0 +1,75 @@
+"""Generate text with one method on a named pair: `--json` prints one JSON object."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
+                     quiet_logs)
+from core.engine import METHODS  # noqa: E402
+from models.catalog import PairError, get_pair  # noqa: E402
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    add_model_args(p)
+    p.add_argument("--method", default="duo", choices=METHODS)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file")
+    add_decoding_args(p)
+    p.add_argument("--raw", action="store_true", help="no chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+def read_prompt(args) -> str:
+    if args.prompt is not None:
+        text = args.prompt
+    else:
+        try:
+            text = Path(args.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot read prompt file '{args.prompt_file}': {e}") from None
+    if not text.strip():
+        raise ValueError("the prompt is empty")
+    return text
+
+
+def run(args) -> dict:
+    cfg = gen_config(args, args.method)
+    prompt = read_prompt(args)
+    get_pair(args.pair)  # unknown pair: fail before loading anything
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair(args.pair, LoadOptions(device=args.device, remeasure=args.remeasure))
+    ids = pair.prompt_ids(prompt, raw=args.raw)
+    tokens, text, stats = [], [], {}
+    for ev in pair.generate(ids, cfg):
+        tokens += ev.tokens
+        text.append(ev.text)
+        if not args.json:
+            print(ev.text, end="", flush=True)
+        stats = ev.stats or stats
+    if not args.json:
+        print()
+    return {"text": "".join(text), "token_ids": tokens, "stats": stats}
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    quiet_logs()
+    try:
+        result = run(args)
+    except (PairError, ValueError, OSError) as e:
+        fail(str(e))
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Fake backends with known small-vocabulary Markov distributions and optional delays."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from core.backends import Draft
+from core.budget import Profile
+from core.sampling import SamplingConfig, logits_to_probs, sample
+
+
+def markov(vocab: int, seed: int, sharp: float = 1.0) -> np.ndarray:
+    """A random transition matrix P[last token] -> next-token probabilities."""
+    rng = np.random.default_rng(seed)
+    m = rng.dirichlet(np.ones(vocab) * sharp, size=vocab)
+    return m.astype(np.float64)
+
+
+class FakeTarget:
+    name = "fake-target"
+
+    def __init__(self, P: np.ndarray, eos_ids=(), delay=(0.0, 0.0), n_ctx: int = 10_000):
+        self.P, self.eos_ids, self.delay, self.n_ctx = P, set(eos_ids), delay, n_ctx
+        self.vocab_size = P.shape[0]
+        self.cache: list[int] = []
+        self.device = "cpu"
+        self.forwards = 0
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.cache)
+
+    def score(self, tokens, n_rows):
+        self.cache.extend(tokens)
+        self.forwards += 1
+        if self.delay[0] or self.delay[1]:
+            time.sleep(self.delay[0] + self.delay[1] * len(tokens))
+        rows = [np.log(self.P[t] + 1e-30) for t in self.cache[-n_rows:]]
+        return np.stack(rows).astype(np.float32)
+
+    def rollback(self, n_keep):
+        del self.cache[n_keep:]
+
+    def set_threads(self, n):
+        pass
+
+
+class FakeDrafter:
+    """Samples from Q with the shared transform; `script` forces proposals (greedy edge cases)."""
+    name = "fake-draft"
+
+    def __init__(self, Q: np.ndarray, delay: float = 0.0, script=None):
+        self.Q, self.delay, self.script = Q, delay, script
+        self.tokens: list[int] = []
+        self.calls: list[tuple[int, int]] = []
+
+    def propose(self, context, n, sampling: SamplingConfig, rng, stop=None, **_):
+        self.calls.append((len(context), n))
+        self.tokens = list(context)
+        out, rows = [], []
+        for _ in range(n):
+            if stop is not None and stop.is_set():
+                break
+            if self.delay:
+                time.sleep(self.delay)
+            q = logits_to_probs(np.log(self.Q[self.tokens[-1]] + 1e-30), sampling)
+            tok = self.script(self.tokens) if self.script else None
+            if tok is None:
+                tok = int(np.argmax(q)) if sampling.greedy else sample(q, rng)
+            out.append(tok)
+            rows.append(q)
+            self.tokens.append(tok)
+        q_draft = None if sampling.greedy or not rows else np.stack(rows)
+        return Draft(out, q_draft)
+
+    def rollback(self, n_keep):
+        del self.tokens[n_keep:]
+
+    def set_threads(self, n):
+        pass
+
+
+def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Profile:
+    return Profile(draft_token_s=draft_s,
+                   verify_s=[verify_base + verify_per_token * n for n in range(1, 33)])
+
+
+def decode(ids):
+    return " ".join(map(str, ids))
+

@@ -1,0 +1,88 @@
+"""Sampling losslessness with fakes of known distributions: the joint distribution of the
+first tokens from each method matches the target's own (chi-square, fixed seeds)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from core.engine import GenConfig, generate
+from core.sampling import SamplingConfig, logits_to_probs
+from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
+
+V, N_TOKENS, N_SAMPLES = 4, 3, 4000
+PROMPT = [0, 1]
+
+
+def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
+    rows = logits_to_probs(np.log(P + 1e-30), sampling)
+    joint = {}
+    for seq in itertools.product(range(V), repeat=N_TOKENS):
+        prob, last = 1.0, PROMPT[-1]
+        for t in seq:
+            prob *= rows[last, t]
+            last = t
+        joint[seq] = prob
+    return joint
+
+
+def sample_joint(method: str, sampling: SamplingConfig, gamma: int, P, Q, n=N_SAMPLES,
+                 sequential=False) -> tuple[dict, FakeDrafter]:
+    target, drafter = FakeTarget(P), FakeDrafter(Q)
+    counts: dict = {}
+    for seed in range(n):
+        cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling, seed=seed,
+                        gamma=gamma, sequential=sequential)
+        toks = [t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile())
+                for t in ev.tokens]
+        counts[tuple(toks)] = counts.get(tuple(toks), 0) + 1
+    return counts, drafter
+
+
+def assert_matches(counts: dict, joint: dict, n: int) -> None:
+    keys = sorted(joint)
+    expected = np.array([joint[k] * n for k in keys])
+    observed = np.array([counts.get(k, 0) for k in keys])
+    assert observed.sum() == n, "every sample must have exactly N_TOKENS tokens"
+    keep = expected >= 5  # chi-square needs non-tiny cells; pool the rest
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    obs, exp = obs.astype(np.float64), exp.astype(np.float64)
+    exp = exp * obs.sum() / exp.sum()  # float rounding of the exact joint
+    p_value = chisquare(obs, exp).pvalue
+    assert p_value > 1e-3, f"distribution differs from the target's (p={p_value:.2e})"
+
+
+P_TARGET = markov(V, seed=1, sharp=0.7)
+Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejections
+
+
+@pytest.mark.parametrize("method,gamma", [("vanilla", None), ("sps", 2), ("sps", 4),
+                                          ("duo", 1), ("duo", 3)])
+@pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.8, top_k=3, top_p=0.9)],
+                         ids=["t1", "t0.8-k3-p0.9"])
+def test_joint_distribution_matches_target(method, gamma, sampling):
+    counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT)
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+
+
+def test_duo_drops_speculative_chunks_and_stays_lossless():
+    """With a poor draft the speculative chunk is often dropped; output must not change."""
+    sampling = SamplingConfig(1.0)
+    counts, drafter = sample_joint("duo", sampling, 2, P_TARGET, Q_DRAFT, sequential=True)
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+    # drafts restarted from a verified context (chunk dropped) many times
+    restarts = sum(1 for ctx_len, _ in drafter.calls if ctx_len > len(PROMPT))
+    assert restarts > N_SAMPLES // 2
+
+
+def test_chi_square_detects_a_wrong_distribution():
+    """The test above can fail: sampling from the draft alone is caught."""
+    sampling = SamplingConfig(1.0)
+    counts, _ = sample_joint("vanilla", sampling, None, Q_DRAFT, Q_DRAFT)
+    with pytest.raises(AssertionError):
+        assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
