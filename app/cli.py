@@ -28,6 +28,11 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", default="auto", help="'auto' (hardware-aware) or a number")
     p.add_argument("--sequential", action="store_true", help="duo without overlap (comparison)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--multi-seq", choices=("on", "off"), default="on",
+                   help="duo: dynamic multi-sequence drafting")
+    p.add_argument("--max-seqs", type=int, default=4, help="duo: most draft sequences per round")
+    p.add_argument("--theta-scale", type=float, default=1.0, help="duo: theta multiplier")
+    p.add_argument("--static-k", type=int, default=None, help="duo: always K sequences")
 
 
 def parse_gamma(value: str) -> int | None:
@@ -43,7 +48,9 @@ def gen_config(args, method: str) -> GenConfig:
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     cfg = GenConfig(method=method, max_new_tokens=args.max_new_tokens, sampling=sampling,
                     seed=args.seed, gamma=parse_gamma(args.gamma),
-                    stop_strings=tuple(args.stop), sequential=args.sequential)
+                    stop_strings=tuple(args.stop), sequential=args.sequential,
+                    multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
+                    theta_scale=args.theta_scale, static_k=args.static_k)
     cfg.validate()
     return cfg
 

@@ -30,6 +30,10 @@ class GenConfig:
     gamma: int | None = None  # None: the hardware-aware budget picks it
     stop_strings: tuple[str, ...] = ()
     sequential: bool = False  # duo only: same rounds, no overlap
+    multi_seq: bool = True  # duo only: dynamic multi-sequence drafting
+    max_seqs: int = 4
+    theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
+    static_k: int | None = None  # always k sequences (comparison)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -38,6 +42,12 @@ class GenConfig:
             raise ValueError(f"--max-new-tokens must be > 0, got {self.max_new_tokens}")
         if self.gamma is not None and not 1 <= self.gamma <= 64:
             raise ValueError(f"gamma must be 'auto' or 1..64, got {self.gamma}")
+        if not 1 <= self.max_seqs <= 8:
+            raise ValueError(f"--max-seqs must be 1..8, got {self.max_seqs}")
+        if self.theta_scale <= 0:
+            raise ValueError(f"--theta-scale must be > 0, got {self.theta_scale}")
+        if self.static_k is not None and not 1 <= self.static_k <= 8:
+            raise ValueError(f"--static-k must be 1..8, got {self.static_k}")
         self.sampling.validate()
 
 
