@@ -1,0 +1,135 @@
+"""duo round mechanics with fake backends: edge cases of acceptance, stopping, overlap and
+the draft budget."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.budget import DraftBudget
+from core.engine import GenConfig, generate
+from core.sampling import SamplingConfig
+from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile
+
+V = 8
+PROMPT = [0]
+
+
+def chain(vocab=V) -> np.ndarray:
+    """Target: after token t comes t+1 (mod vocab), with high probability."""
+    P = np.full((vocab, vocab), 0.01)
+    for t in range(vocab):
+        P[t, (t + 1) % vocab] = 1.0
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def run(method, drafter, target=None, **kw):
+    target = target or FakeTarget(chain())
+    kw.setdefault("max_new_tokens", 20)
+    cfg = GenConfig(method=method, **kw)
+    events = list(generate(target, drafter, PROMPT, cfg, decode, fake_profile()))
+    return [t for e in events for t in e.tokens], events[-1].stats, events
+
+
+def vanilla(**kw):
+    return run("vanilla", None, **kw)[0]
+
+
+def wrong_at(position: int):
+    """A scripted draft that proposes the right next token except at absolute `position`."""
+    def script(tokens):
+        nxt = (tokens[-1] + 1) % V
+        return (nxt + 3) % V if len(tokens) == position else nxt
+    return script
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+@pytest.mark.parametrize("sequential", [True, False])
+def test_rejection_at_first_and_last_draft_token(method, sequential):
+    expected = vanilla()
+    rejected = 0
+    for pos in range(1, 12):  # every position of the first chunks: first, inside, last
+        got, stats, _ = run(method, FakeDrafter(chain(), script=wrong_at(pos)), gamma=4,
+                            sequential=sequential)
+        assert got == expected, f"rejection at {pos}"
+        rejected += stats["accepted"] < stats["drafted"]
+    assert rejected >= 6  # most wrong tokens reached the verifier (others were guesses)
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+def test_eos_inside_a_draft_chunk_stops_there(method):
+    target = FakeTarget(chain(), eos_ids={6})
+    expected = run("vanilla", None, target=FakeTarget(chain(), eos_ids={6}))[0]
+    got, stats, events = run(method, FakeDrafter(chain()), target=target, gamma=8)
+    assert got == expected == [1, 2, 3, 4, 5]
+    assert stats["stop_reason"] == "eos" and events[-1].done
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+@pytest.mark.parametrize("max_new", [1, 2, 3, 7, 13])
+def test_max_tokens_reached_mid_chunk(method, max_new):
+    got, stats, _ = run(method, FakeDrafter(chain()), gamma=5, max_new_tokens=max_new)
+    assert got == vanilla(max_new_tokens=max_new)
+    assert len(got) == max_new == stats["new_tokens"]
+
+
+def test_never_emits_an_unverified_token():
+    """Every emitted token was scored by the target: the target's cache covers them all."""
+    target = FakeTarget(chain())
+    got, _, _ = run("duo", FakeDrafter(chain()), target=target, gamma=4, max_new_tokens=17)
+    # all but the last emitted token went through a target forward; the last one is the
+    # target's own sample from the final forward
+    assert target.cache[len(PROMPT):len(PROMPT) + len(got) - 1] == got[:-1]
+    assert len(got) == 17
+
+
+def test_stop_string_ends_generation():
+    got, stats, events = run("duo", FakeDrafter(chain()), gamma=4, stop_strings=("4 5",))
+    text = "".join(e.text for e in events)
+    assert "4 5" not in text and stats["stop_reason"] == "stop_string"
+
+
+def test_rounds_overlap_with_delays():
+    """Draft 4 tokens x 10 ms vs verify 40 ms + 2 ms/token: a round costs about the max of
+    the two (~50 ms), not the sum (~90 ms); the sequential switch shows the sum."""
+    def timed(sequential):
+        target = FakeTarget(chain(), delay=(0.040, 0.002))
+        _, stats, _ = run("duo", FakeDrafter(chain(), delay=0.010), target=target, gamma=3,
+                          max_new_tokens=40, sequential=sequential)
+        steady = stats["rounds_log"][1:]
+        return np.median([r["end"] - r["start"] for r in steady]), stats
+    par, par_stats = timed(False)
+    seq, _ = timed(True)
+    assert par < 0.75 * seq, (par, seq)
+    assert par_stats["overlap_efficiency"] > 0.8
+
+
+def test_budget_balances_draft_and_verify():
+    prof = fake_profile(draft_s=0.010, verify_base=0.040, verify_per_token=0.002)
+    b = DraftBudget(prof, overlap=True, alpha=0.8)
+    # drafting g+1 tokens (10 ms each) fits verifying g+1 (40 + 2(g+1) ms) up to g = 4
+    assert b.balanced_gamma() == 4
+    assert 3 <= b.gamma <= 6
+    assert "balance" in b.explain()["reason"]
+    fast_draft = DraftBudget(fake_profile(draft_s=0.002), overlap=True, alpha=0.9)
+    assert fast_draft.gamma > b.gamma  # a cheaper draft earns a longer chunk
+
+
+def test_budget_adapts_to_acceptance_and_times():
+    b = DraftBudget(fake_profile(draft_s=0.004), overlap=True, alpha=0.9)
+    high = b.gamma
+    for _ in range(20):
+        b.observe(drafted=high, accepted=0)
+    assert b.gamma < high  # acceptance collapsed: shorter drafts
+    b2 = DraftBudget(fake_profile(draft_s=0.004), overlap=True, alpha=0.9)
+    for _ in range(20):  # the draft got 3x slower than profiled (longer context)
+        b2.observe(drafted=4, accepted=4, draft_s=0.048, draft_n=4)
+    assert b2.gamma < high
+
+
+def test_sampled_duo_is_reproducible_with_a_seed():
+    s = SamplingConfig(1.0)
+    P = chain() * 0 + 1.0 / V
+    a = run("duo", FakeDrafter(P), target=FakeTarget(P), gamma=3, sampling=s, seed=7)[0]
+    b = run("duo", FakeDrafter(P), target=FakeTarget(P), gamma=3, sampling=s, seed=7,
+            sequential=True)[0]
+    assert a == b
