@@ -97,8 +97,9 @@ def _cuda_free(device: str) -> tuple[int | None, str]:
     return free, f"{device} ({name}, {total / GIB:.1f} GiB total)"
 
 
-def meminfo_available(path: Path = MEMINFO) -> int | None:
+def meminfo_available(path: Path | None = None) -> int | None:
     """MemAvailable from /proc/meminfo in bytes; None where the file is missing (not Linux)."""
+    path = path or MEMINFO
     try:
         for line in path.read_text().splitlines():
             if line.startswith("MemAvailable:"):
