@@ -1,6 +1,5 @@
-"""Hugging Face Hub access through huggingface_hub: which files a pair needs, downloading them
-(resumable, with progress bars) into the Hub cache or a folder, and checking sizes and hashes
-against the Hub's metadata. Also reads tokenizers (tokenizer.json, GGUF headers) to compare them."""
+"""Hub access through huggingface_hub: which files a pair needs, resumable downloads with progress bars,
+size/hash checks against the Hub's metadata, and reading tokenizers (tokenizer.json, GGUF headers)."""
 from __future__ import annotations
 
 import contextlib
@@ -207,13 +206,16 @@ def missing_bytes(cfg: HubConfig, plans: list[RepoPlan]) -> int:
     return sum(f.size for p in plans for f in p.files if local_path(cfg, p, f) is None)
 
 
+def free_disk(root: Path) -> int:
+    """Free bytes on the disk that holds root (or its nearest existing parent)."""
+    return shutil.disk_usage(next(p for p in [root, *root.parents] if p.exists())).free
+
+
 def check_disk(cfg: HubConfig, plans: list[RepoPlan]) -> None:
-    need = missing_bytes(cfg, plans)
-    root = cfg.local_dir or cfg.cache_dir
-    probe = next(p for p in [root, *root.parents] if p.exists())
-    free = shutil.disk_usage(probe).free
+    need, root = missing_bytes(cfg, plans), cfg.local_dir or cfg.cache_dir
+    free = free_disk(root)
     if need > free:
-        raise HubError(f"the download needs {need / 1e9:.1f} GB but only {free / 1e9:.1f} GB is free in {probe}")
+        raise HubError(f"the download needs {need / 1e9:.1f} GB but only {free / 1e9:.1f} GB is free for {root}")
 
 
 def check_access(cfg: HubConfig, plans: list[RepoPlan]) -> None:

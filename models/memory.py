@@ -2,6 +2,7 @@
 checked before a 7B target is loaded so the user gets a sentence instead of an out-of-memory crash."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,11 @@ def check_target_fits(config: dict, device: str, dtype_bytes: int) -> None:
         raise PairError(f"the target needs ~{need / GIB:.1f} GiB ({params:.2f}B parameters in {dtype}), "
                         f"only {free / GIB:.1f} GiB free on {where}; pick a smaller pair "
                         f"(python scripts/download_models.py --list) or free some memory")
+
+
+def check_folder_fits(folder: Path, device: str, dtype_bytes: int) -> None:
+    """check_target_fits for a downloaded model folder (the ("hf", folder) of target_source)."""
+    check_target_fits(json.loads((Path(folder) / "config.json").read_text()), device, dtype_bytes)
 
 
 def free_bytes(device: str) -> tuple[int | None, str]:

@@ -168,7 +168,8 @@ def print_plan(cfg: hub.HubConfig, plans: list[hub.RepoPlan]) -> None:
             total += 0 if have else f.size
             print(f"  {'have' if have else 'get '}  {f.size / 1e6:>12,.1f} MB  {f.name}")
     where = cfg.local_dir or cfg.cache_dir
-    print(f"would download {total / 1e9:.2f} GB into {where} (dry run: nothing written)")
+    print(f"would download {total / 1e9:.2f} GB into {where}, {hub.free_disk(where) / 1e9:.1f} GB free "
+          f"(dry run: nothing written)")
 
 
 # ---- --add-pair -------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
-"""A small Hugging Face Hub on 127.0.0.1 for tests: model info API, /resolve with the Hub's headers
-(X-Repo-Commit, ETag, X-Linked-Etag, X-Linked-Size), LFS files redirected to a second "CDN" origin,
-Range requests, gated repos, and injected faults (cut-off transfers, corrupted bytes)."""
+"""A fake Hugging Face Hub on 127.0.0.1 in the Hub's URL layout and headers (model info API, /resolve,
+LFS redirects to a second "CDN" origin, Range, gated repos) with injected transfer faults, for tests."""
 from __future__ import annotations
 
 import hashlib
@@ -168,7 +167,9 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.hub.take_fault(name) if body else None
         if fault and fault.startswith("corrupt"):
             data = bytes([data[0] ^ 0xFF]) + data[1:]
-        self._content(data, {"ETag": f'"{repo.etag(name)}"'}, body, cut=fault == "cut_once")
+        headers = {"ETag": f'"{repo.etag(name)}"',
+                   "Content-Disposition": f"inline; filename*=UTF-8''{name}; filename=\"{name}\";"}
+        self._content(data, headers, body, cut=fault == "cut_once")
 
     # -- responses ------------------------------------------------------------------------------
 

@@ -328,3 +328,10 @@ def test_check_target_fits_on_cuda_uses_mem_get_info(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: "Fake RTX")
     with pytest.raises(PairError, match=r"only 10.0 GiB free on cuda \(Fake RTX, 24.0 GiB total\)"):
         memory.check_target_fits(QWEN25_7B, "cuda", 2)
+
+
+def test_check_folder_fits_reads_config(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25_7B))
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (15 * memory.GIB, "cuda:0"))
+    with pytest.raises(PairError, match="needs ~15.6 GiB"):
+        memory.check_folder_fits(tmp_path, "cuda:0", 2)

@@ -220,3 +220,10 @@ def test_add_pair_gated_target_without_token(env, fake, capsys):
     code, _, err = run(capsys, "--add-pair", "g", "--target", "org/gated-target",
                        "--draft", "org/tiny-draft-GGUF:tiny-q8_0.gguf")
     assert code == 2 and "gated" in err
+
+
+def test_not_enough_disk_is_said_before_downloading(env, fake, capsys, monkeypatch):
+    monkeypatch.setattr(hub, "free_disk", lambda root: 1000)
+    code, _, err = run(capsys, "--pair", "fake")
+    assert code == 2 and "only 0.0 GB is free" in err
+    assert not any(m == "HEAD" for m, _, _ in fake.requests)
