@@ -132,7 +132,8 @@ def gated_error(cfg: HubConfig, repo: str) -> GatedError:
 
 
 def offline_error(cfg: HubConfig, error: Exception) -> OfflineError:
-    reason = type(error).__name__
+    offline = isinstance(error, hf_errors.OfflineModeIsEnabled)
+    reason = "HF_HUB_OFFLINE is set" if offline else type(error).__name__
     return OfflineError(f"cannot reach the Hugging Face Hub at {cfg.endpoint} ({reason}); downloads need a "
                         f"connection. The embedded pairs smol-self and gemma-smol work offline: "
                         f"python scripts/generate.py --pair smol-self")

@@ -162,7 +162,7 @@ def print_plan(cfg: hub.HubConfig, plans: list[hub.RepoPlan]) -> None:
     for plan in plans:
         gate = (" (gated: HF_TOKEN is set)" if cfg.token else " (gated: HF_TOKEN not set, it would be refused)") \
             if plan.gated else ""
-        print(f"{plan.repo} @ {plan.commit[:12]}{gate}")
+        print(f"{plan.repo} @ {plan.commit[:12]}: {len(plan.files)} files, {plan.total_bytes / 1e9:.2f} GB{gate}")
         for f in plan.files:
             have = hub.local_path(cfg, plan, f) is not None
             total += 0 if have else f.size

@@ -184,7 +184,8 @@ def test_missing_gguf_names_the_ones_there(env, fake):
 
 
 def test_unknown_repo(env, fake, capsys):
-    code, _, err = run(capsys, "--add-pair", "x", "--target", "org/nothing", "--draft", "org/tiny-draft-GGUF:tiny-q8_0.gguf")
+    code, _, err = run(capsys, "--add-pair", "x", "--target", "org/nothing",
+                       "--draft", "org/tiny-draft-GGUF:tiny-q8_0.gguf")
     assert code == 2 and "'org/nothing' not found" in err
 
 
