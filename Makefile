@@ -3,8 +3,9 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test bench clean
+.PHONY: install browser run test bench clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,7 +18,12 @@ install: $(STAMP)
 run: install
 	$(BIN)/python app/main.py $(ARGS)
 
-test: install
+# The browser test drives Debian's Chromium (never a downloaded browser build).
+browser:
+	test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: install browser
 	$(BIN)/python -m pytest -q tests
 
 bench: install

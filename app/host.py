@@ -1,0 +1,116 @@
+"""The pair behind the app: loads it in the background with visible progress, switches pairs on
+request, and lets one generation at a time run on it (the others wait their turn)."""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from models.catalog import PairError, get_pair, load_catalog
+
+PairFactory = Callable[[str, Callable[[str], None]], object]
+
+
+def real_pair(opts) -> PairFactory:
+    """Loads a models.loader.Pair and profiles its draft budget, saying what it does."""
+    def load(name: str, say: Callable[[str], None]):
+        from models.loader import Pair
+
+        pair = Pair(name, opts, progress=say)
+        try:
+            pair.ensure_profile("duo")
+        except BaseException:
+            pair.close()
+            raise
+        return pair
+    return load
+
+
+class ModelHost:
+    """One loaded pair at a time. `state` is 'idle', 'loading', 'ready' or 'error'."""
+
+    def __init__(self, factory: PairFactory):
+        self.factory = factory
+        self.pair = None
+        self.name: str | None = None
+        self.state = "idle"
+        self.loading: str | None = None
+        self.log: list[str] = []  # progress lines of the latest load
+        self.errors: dict[str, str] = {}  # pair name -> why it cannot be used
+        self.load_s = 0.0
+        self._guard = threading.Lock()  # state changes
+        self._run = threading.Lock()  # one generation or load at a time
+
+    # -- loading ------------------------------------------------------------------------
+    def start_loading(self, name: str) -> None:
+        """Load `name` in a background thread (it waits for a running generation)."""
+        with self._guard:
+            if self.loading == name or (self.name == name and self.state == "ready"):
+                return
+            self.loading, self.state, self.log = name, "loading", [f"loading pair '{name}'"]
+        threading.Thread(target=self._load, args=(name,), daemon=True, name="pair-load").start()
+
+    def _load(self, name: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            get_pair(name)  # unknown name: fail before waiting for the model
+            with self._run:
+                pair = self.factory(name, self._say)
+                old, self.pair, self.name = self.pair, pair, name
+            if old is not None:
+                old.close()
+            self.load_s = time.perf_counter() - t0
+            self._say(f"ready in {self.load_s:.1f} s")
+            self.errors.pop(name, None)
+        except Exception as e:  # shown to the user; the previous pair stays usable
+            self.errors[name] = str(e) or type(e).__name__
+            self._say(f"cannot use pair '{name}': {self.errors[name]}")
+        finally:
+            with self._guard:
+                self.loading = None
+                self.state = "ready" if self.pair is not None else "error"
+
+    def _say(self, line: str) -> None:
+        self.log.append(line)
+
+    def prepare(self, name: str, poll_s: float = 0.2) -> Iterator[str]:
+        """Yield progress lines until `name` is the loaded pair; PairError when it cannot be."""
+        if name in self.errors and self.loading != name:
+            raise PairError(self.errors[name])
+        self.start_loading(name)
+        while self.loading is not None:
+            yield self.progress()
+            time.sleep(poll_s)
+        if self.name != name:
+            raise PairError(self.errors.get(name, f"pair '{name}' is not loaded"))
+
+    def progress(self) -> str:
+        return self.log[-1] if self.log else ""
+
+    # -- running ------------------------------------------------------------------------
+    @contextmanager
+    def running(self, name: str, timeout_s: float = 900.0):
+        """Hold the pair for one generation; others wait here (gradio queues them first)."""
+        if not self._run.acquire(timeout=timeout_s):
+            raise RuntimeError("the model stayed busy too long; try again")
+        try:
+            if self.name != name or self.pair is None:
+                raise PairError(f"pair '{name}' is not loaded")
+            yield self.pair
+        finally:
+            self._run.release()
+
+    def close(self) -> None:
+        with self._run:
+            if self.pair is not None:
+                self.pair.close()
+                self.pair = None
+
+
+def pair_choices() -> list[str]:
+    """Pair names for the picker; an unreadable user catalog still leaves the built-ins."""
+    try:
+        return list(load_catalog())
+    except PairError:
+        return ["smol-self"]

@@ -1,0 +1,271 @@
+"""The Gradio page: chat with streaming, controls, speed panel, pictures and the method
+comparison. Reads the engine's events and stats through ModelHost; never touches a model."""
+from __future__ import annotations
+
+import time
+from contextlib import closing
+
+import gradio as gr
+
+from app import charts
+from app.host import ModelHost, pair_choices
+from app.view import (SOURCE_COLORS, Settings, Trace, compare_table, final_panel, live_panel,
+                      placement_line)
+from core.engine import METHODS
+from models.catalog import PairError, get_pair
+
+ENGINE = "engine"  # one concurrency slot: one generation (or pair load) at a time, others queue
+STREAM_EVERY_S = 0.08  # at most this often a streaming update goes to the page
+COMPARE = ("vanilla", "sps", "duo")
+CSS = """
+#speed table { font-size: 0.9em; }
+#status { min-height: 1.5em; }
+"""
+
+
+def text_of(content) -> str:
+    """Text of a chat message as gradio hands it over (a string or a list of parts); files
+    and other parts are ignored, never opened."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return content.get("text", "") if content.get("type", "text") == "text" else ""
+    if isinstance(content, (list, tuple)):
+        return "".join(text_of(c) for c in content)
+    return ""
+
+
+def clean_history(history) -> list[dict]:
+    out = []
+    for m in history or []:
+        role = m.get("role") if isinstance(m, dict) else None
+        if role in ("user", "assistant", "system"):
+            out.append({"role": role, "content": text_of(m.get("content", ""))})
+    return out
+
+
+class App:
+    def __init__(self, host: ModelHost, default_pair: str):
+        self.host, self.default_pair = host, default_pair
+
+    # -- status ------------------------------------------------------------------------
+    def status(self) -> str:
+        h = self.host
+        if h.loading:
+            return f"**Loading `{h.loading}`** (the page works; requests wait): {h.progress()}"
+        if h.state == "ready":
+            err = h.errors and f" · last problem: {list(h.errors.values())[-1]}" or ""
+            return f"**Ready** · `{h.name}` loaded in {h.load_s:.1f} s{err}"
+        if h.state == "error":
+            return f"**No pair loaded**: {h.progress()}"
+        return "…"
+
+    def placement(self) -> str:
+        h = self.host
+        if h.pair is None:
+            return "**placement**: (loading)"
+        return placement_line(h.pair.placement(), h.name)
+
+    def tick(self):
+        busy = self.host.loading is not None or self.host.state == "idle"
+        return self.status(), self.placement(), gr.Timer(active=busy)
+
+    # -- chat -----------------------------------------------------------------------------
+    def chat(self, message, history, pair_name, raw, *settings):
+        message, history = (message or "").strip(), clean_history(history)
+        if not message:
+            yield gr.skip(), history, *[gr.skip()] * 6, "Type a prompt first."
+            return
+        shown = history + [{"role": "user", "content": message},
+                           {"role": "assistant", "content": ""}]
+        keep = [gr.skip()] * 6
+        yield "", shown, *keep, self.status()
+        try:
+            opts = Settings(*settings)
+            cfg = opts.gen_config()
+            for line in self.host.prepare(pair_name):
+                yield gr.skip(), gr.skip(), *keep, f"waiting for the model: {line}"
+            prompt = message if raw else history + [{"role": "user", "content": message}]
+            yield from self._stream(prompt, raw, cfg, pair_name, shown)
+        except (PairError, ValueError, RuntimeError) as e:
+            yield gr.skip(), shown[:-1], *keep, f"**error:** {e}"
+
+    def _stream(self, prompt, raw, cfg, pair_name, shown):
+        with self.host.running(pair_name) as pair:
+            ids = pair.prompt_ids(prompt, raw=raw)
+            trace, last = Trace(pair.decode), 0.0
+            skip4 = [gr.skip()] * 4
+            with closing(pair.generate(ids, cfg)) as events:
+                for ev in events:
+                    trace.add(ev)
+                    shown[-1]["content"] = trace.text
+                    if ev.done or time.perf_counter() - last < STREAM_EVERY_S:
+                        continue
+                    last = time.perf_counter()
+                    yield (gr.skip(), shown, trace.segments(), live_panel(trace, cfg.method),
+                           *skip4, f"generating with `{cfg.method}` …")
+        stats = trace.stats or {}
+        yield (gr.skip(), shown, trace.segments(), final_panel(stats), stats,
+               charts.timeline(stats), charts.accept_histogram(stats),
+               charts.rate_over_time(trace.points, cfg.method),
+               f"done: {stats.get('new_tokens', 0)} tokens with `{cfg.method}` at "
+               f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
+
+    # -- compare --------------------------------------------------------------------------
+    def compare(self, message, history, pair_name, raw, *settings):
+        history = clean_history(history)
+        message = (message or "").strip()
+        if not message and history and history[-1]["role"] == "assistant":
+            history = history[:-1]  # re-run the last question
+        if not message and history and history[-1]["role"] == "user":
+            message, history = history[-1]["content"], history[:-1]
+        results = {m: {} for m in COMPARE}
+        if not message:
+            yield "Type a prompt (or chat first) to compare.", "", "", ""
+            return
+        try:
+            cfg = Settings(*settings).gen_config()
+            for line in self.host.prepare(pair_name):
+                yield f"waiting for the model: {line}", "", "", ""
+            prompt = message if raw else history + [{"role": "user", "content": message}]
+            yield from self._compare(prompt, raw, cfg, pair_name, results)
+        except (PairError, ValueError, RuntimeError) as e:
+            yield f"**error:** {e}", "", "", ""
+
+    def _compare(self, prompt, raw, base, pair_name, results):
+        from dataclasses import replace
+
+        greedy = base.sampling.greedy
+        with self.host.running(pair_name) as pair:
+            ids = pair.prompt_ids(prompt, raw=raw)
+            for method in COMPARE:
+                trace, last = Trace(pair.decode), 0.0
+                with closing(pair.generate(ids, replace(base, method=method))) as events:
+                    for ev in events:
+                        trace.add(ev)
+                        if time.perf_counter() - last >= STREAM_EVERY_S and not ev.done:
+                            last = time.perf_counter()
+                            results[method] = {"text": trace.text}
+                            yield self._compare_view(results, greedy, f"running `{method}` …")
+                results[method] = {"text": trace.text, "ids": trace.ids, "stats": trace.stats}
+        yield self._compare_view(results, greedy, "")
+
+    @staticmethod
+    def _compare_view(results, greedy, note):
+        table = compare_table(results, greedy)
+        return ((note + "\n\n" if note else "") + table,
+                *(results[m].get("text", "") for m in COMPARE))
+
+    # -- pair switch ----------------------------------------------------------------------
+    def switch(self, name):
+        raw = gr.skip()
+        try:
+            raw = not get_pair(name).chat
+            for line in self.host.prepare(name):
+                yield f"loading `{name}`: {line}", gr.skip(), gr.skip(), raw
+            yield self.status(), self.placement(), gr.skip(), raw
+        except PairError as e:
+            yield f"**error:** {e}", self.placement(), gr.update(value=self.host.name), gr.skip()
+
+    def clear(self):
+        return [], None, "", None, None, None, None, "cleared"
+
+
+def build(app: App) -> gr.Blocks:
+    with gr.Blocks(title="DuoDecoding") as demo:
+        gr.Markdown("## DuoDecoding — speculative decoding with a CPU draft model")
+        status = gr.Markdown(app.status(), elem_id="status")
+        placement = gr.Markdown(app.placement(), elem_id="placement")
+        with gr.Row():
+            with gr.Column(scale=3):
+                chatbot = gr.Chatbot(elem_id="chat", height=380, label="chat",
+                                     buttons=["copy"], feedback_options=None)
+                prompt = gr.Textbox(placeholder="Ask something, then Enter or Generate",
+                                    show_label=False, elem_id="prompt", lines=2)
+                with gr.Row():
+                    gen_btn = gr.Button("Generate", variant="primary", elem_id="generate")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                    clear_btn = gr.Button("Clear", elem_id="clear")
+                    cmp_btn = gr.Button("Compare vanilla / sps / duo", elem_id="compare")
+                sources = gr.HighlightedText(label="last answer by token source", elem_id="sources",
+                                             color_map=SOURCE_COLORS, show_legend=True,
+                                             show_inline_category=False)
+            with gr.Column(scale=2):
+                speed = gr.Markdown("*speed statistics appear here while generating*",
+                                    elem_id="speed")
+                controls = _controls(app)
+        with gr.Tabs():
+            with gr.Tab("Timeline"):
+                timeline = gr.Plot(label="draft vs target per round", elem_id="timeline")
+            with gr.Tab("Acceptance"):
+                hist = gr.Plot(label="acceptance length", elem_id="hist")
+            with gr.Tab("Tokens/s"):
+                rate = gr.Plot(label="tokens/s over the generation", elem_id="rate")
+        gr.Markdown("### Comparison (same prompt and settings)")
+        cmp_md = gr.Markdown("*press Compare*", elem_id="compare-table")
+        with gr.Row():
+            cmp_texts = [gr.Textbox(label=m, lines=6, interactive=False, elem_id=f"cmp-{m}")
+                         for m in COMPARE]
+        with gr.Accordion("raw stats of the last answer", open=False):
+            stats_json = gr.JSON(elem_id="stats")
+        _wire(app, demo, locals())
+    return demo
+
+
+def _controls(app: App) -> dict:
+    c = {}
+    with gr.Accordion("controls", open=True):
+        choices = pair_choices()
+        c["pair"] = gr.Dropdown(choices, value=app.default_pair, label="pair", elem_id="pair")
+        c["method"] = gr.Radio(list(METHODS), value="duo", label="method", elem_id="method")
+        c["raw"] = gr.Checkbox(value=not _chat_pair(app.default_pair),
+                               label="raw completion (no chat template, no history)")
+        c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="max new tokens")
+        c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
+        c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
+        c["top_k"] = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
+        c["seed"] = gr.Number(value=0, precision=0, label="seed")
+        with gr.Row():
+            c["gamma_mode"] = gr.Radio(["auto", "fixed"], value="auto", label="gamma")
+            c["gamma"] = gr.Slider(1, 32, value=5, step=1, label="fixed gamma")
+        c["multi_seq"] = gr.Checkbox(value=True, label="multi-sequence drafting (duo)")
+        c["max_seqs"] = gr.Slider(1, 8, value=4, step=1, label="max sequences")
+        c["theta_scale"] = gr.Slider(0.1, 4, value=1.0, step=0.1, label="threshold scale")
+    return c
+
+
+def _chat_pair(name: str) -> bool:
+    try:
+        return get_pair(name).chat
+    except PairError:
+        return True
+
+
+def _wire(app: App, demo: gr.Blocks, ui: dict) -> None:
+    c = ui["controls"]
+    settings = [c[k] for k in ("method", "max_new", "temperature", "top_p", "top_k", "seed",
+                               "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale")]
+    inputs = [ui["prompt"], ui["chatbot"], c["pair"], c["raw"], *settings]
+    gen = gr.on([ui["prompt"].submit, ui["gen_btn"].click], app.chat, inputs,
+                [ui["prompt"], ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
+                 ui["timeline"], ui["hist"], ui["rate"], ui["status"]],
+                api_name="chat", concurrency_limit=1, concurrency_id=ENGINE,
+                show_progress="minimal")
+    cmp = ui["cmp_btn"].click(app.compare, inputs, [ui["cmp_md"], *ui["cmp_texts"]],
+                              api_name="compare", concurrency_limit=1, concurrency_id=ENGINE,
+                              show_progress="minimal")
+    switch = c["pair"].change(app.switch, [c["pair"]],
+                              [ui["status"], ui["placement"], c["pair"], c["raw"]],
+                              api_name="switch_pair", concurrency_limit=1, concurrency_id=ENGINE)
+    ui["stop_btn"].click(lambda: "stopped", None, ui["status"], cancels=[gen, cmp],
+                         queue=False, api_name="stop")
+    ui["clear_btn"].click(app.clear, None,
+                          [ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
+                           ui["timeline"], ui["hist"], ui["rate"], ui["status"]],
+                          cancels=[gen], queue=False, api_name="clear")
+    timer = gr.Timer(0.5)
+    timer.tick(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
+               api_name="status", concurrency_limit=None)
+    demo.load(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
+              api_visibility="private")
+    del switch

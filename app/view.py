@@ -1,0 +1,180 @@
+"""What the page shows, as plain data: the settings a request carries, the speed panel (live
+and final), the answer split by token source, and the comparison table. No gradio here."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from core.engine import GenConfig
+from core.sampling import SamplingConfig
+
+SOURCE_LABELS = {"draft": "accepted draft", "target": "target"}
+SOURCE_COLORS = {"accepted draft": "#7fd08a", "target": "#f5b76b"}
+
+
+@dataclass
+class Settings:
+    """The controls of one request, as the UI sends them."""
+    method: str = "duo"
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    gamma_mode: str = "auto"  # "auto" or "fixed"
+    gamma: int = 5
+    multi_seq: bool = True
+    max_seqs: int = 4
+    theta_scale: float = 1.0
+
+    def gen_config(self, method: str | None = None) -> GenConfig:
+        sampling = SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
+        cfg = GenConfig(method=method or self.method, max_new_tokens=int(self.max_new_tokens),
+                        sampling=sampling, seed=int(self.seed),
+                        gamma=int(self.gamma) if self.gamma_mode == "fixed" else None,
+                        multi_seq=bool(self.multi_seq), max_seqs=int(self.max_seqs),
+                        theta_scale=float(self.theta_scale))
+        cfg.validate()
+        return cfg
+
+
+class Trace:
+    """One generation as the page sees it: the tokens and where each came from, the released
+    text, and (time, tokens so far) after each event for the live panel and the rate chart."""
+
+    def __init__(self, decode: Callable[[list[int]], str]):
+        self.decode = decode
+        self.ids: list[int] = []
+        self.sources: list[str] = []
+        self.ends: list[int] = []  # len(decode(ids[:i + 1])) for each token i
+        self.text = ""
+        self.t0 = time.perf_counter()
+        self.points: list[tuple[float, int]] = [(0.0, 0)]
+        self.stats: dict | None = None
+
+    def add(self, ev) -> None:
+        for tok, src in zip(ev.tokens, ev.sources):
+            self.ids.append(tok)
+            self.sources.append(src)
+            self.ends.append(len(self.decode(self.ids)))
+        self.text += ev.text
+        self.points.append((time.perf_counter() - self.t0, len(self.ids)))
+        if ev.stats is not None:
+            self.stats = ev.stats
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def segments(self) -> list[tuple[str, str]]:
+        """The released text cut at token boundaries, adjacent tokens of one source merged."""
+        out: list[tuple[str, str]] = []
+        start = 0
+        for end, src in zip(self.ends, self.sources):
+            piece = self.text[start:min(end, len(self.text))]
+            start = max(start, min(end, len(self.text)))
+            if not piece:
+                continue
+            label = SOURCE_LABELS.get(src, src)
+            if out and out[-1][1] == label:
+                out[-1] = (out[-1][0] + piece, label)
+            else:
+                out.append((piece, label))
+        if start < len(self.text):
+            out.append((self.text[start:], out[-1][1] if out else "target"))
+        return out
+
+
+def live_panel(trace: Trace, method: str) -> str:
+    """Display numbers only (elapsed, tokens so far); the final numbers come from the stats."""
+    n, t = len(trace.ids), trace.elapsed
+    drafted = sum(s == "draft" for s in trace.sources)
+    rate = n / t if t > 0 else 0.0
+    return (f"**live · {method}** · {n} tokens in {t:.2f} s · ~{rate:.1f} tokens/s so far · "
+            f"{drafted} from accepted drafts")
+
+
+def _pct(x) -> str:
+    return f"{100 * float(x):.1f}%"
+
+
+def _s(x) -> str:
+    return f"{float(x):.3f} s"
+
+
+def gamma_line(stats: dict) -> str:
+    prof = stats.get("gamma_profile") or {}
+    if stats.get("method") == "vanilla" or not prof:
+        return "— (no drafting)"
+    used = ", ".join(f"γ={g}: {n}" for g, n in (stats.get("gammas_used") or {}).items())
+    mode = "fixed" if prof.get("fixed") else "auto"
+    return f"**{prof.get('gamma')}** ({mode}; rounds {used or '—'}) — {prof.get('reason', '')}"
+
+
+def seqs_line(stats: dict) -> str:
+    hist = stats.get("seq_hist") or {}
+    if not hist:
+        seqs = [r.get("seqs", 1) for r in stats.get("rounds_log") or []]
+        if not seqs:
+            return "—"
+        hist = {str(k): seqs.count(k) for k in sorted(set(seqs))}
+    return ", ".join(f"{k} seq: {n} round(s)" for k, n in hist.items())
+
+
+def final_panel(stats: dict) -> str:
+    threads = stats.get("threads") or {}
+    drafting = stats.get("method") != "vanilla"
+    rows = [
+        ("tokens/s", f"**{float(stats['tokens_per_s']):.1f}**"),
+        ("time to first token", _s(stats["ttft_s"])),
+        ("new tokens / wall", f"{stats['new_tokens']} in {_s(stats['wall_s'])} "
+                              f"(stop: {stats.get('stop_reason', '')})"),
+        ("acceptance rate", _pct(stats["acceptance_rate"]) if drafting else "—"),
+        ("mean accepted tokens / round", f"{float(stats['mean_accepted_per_round']):.2f}"),
+        ("gamma in use and why", gamma_line(stats)),
+        ("sequences per round", seqs_line(stats) if drafting else "—"),
+        ("overlap efficiency", _pct(stats["overlap_efficiency"]) if drafting else "—"),
+        ("draft busy / idle", f"{_s(stats['draft_busy_s'])} / {_s(stats['draft_idle_s'])}"),
+        ("target busy / idle", f"{_s(stats['target_busy_s'])} / {_s(stats['target_idle_s'])}"),
+        ("threads", f"draft {threads.get('draft', '?')}, target {threads.get('target', '?')}"),
+    ]
+    body = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
+
+
+def placement_line(placement: dict, name: str) -> str:
+    return (f"**pair** `{name}` · **draft**: {placement.get('draft', '?')} · "
+            f"**target**: {placement.get('target', '?')}")
+
+
+def compare_table(results: dict[str, dict], greedy: bool) -> str:
+    """results: method -> {"text", "ids", "stats"}; speed-ups against vanilla when it ran."""
+    base = results.get("vanilla", {}).get("stats")
+    rows = ["| method | tokens/s | speed-up vs vanilla | TTFT | acceptance | mean accepted/round "
+            "| new tokens | same text as vanilla |", "|---|---|---|---|---|---|---|---|"]
+    for method, r in results.items():
+        s = r.get("stats")
+        if not s:
+            rows.append(f"| {method} | … | | | | | | |")
+            continue
+        up = (f"{float(s['tokens_per_s']) / float(base['tokens_per_s']):.2f}×"
+              if base and float(base["tokens_per_s"]) > 0 else "—")
+        same = "—" if "vanilla" not in results or method == "vanilla" else \
+            ("yes" if r["ids"] == results["vanilla"]["ids"] else "no")
+        acc = _pct(s["acceptance_rate"]) if method != "vanilla" else "—"
+        rows.append(f"| {method} | {float(s['tokens_per_s']):.1f} | {up} | {_s(s['ttft_s'])} | "
+                    f"{acc} | {float(s['mean_accepted_per_round']):.2f} | {s['new_tokens']} | {same} |")
+    return "\n".join(rows) + "\n\n" + identical_note(results, greedy)
+
+
+def identical_note(results: dict[str, dict], greedy: bool) -> str:
+    done = [r for r in results.values() if r.get("stats")]
+    if len(done) < len(results) or len(done) < 2:
+        return ""
+    same = all(r["ids"] == done[0]["ids"] for r in done)
+    if greedy:
+        return ("**Greedy: all texts are identical** — speculative decoding is lossless."
+                if same else "**Greedy: the texts differ** — this should not happen; please report it.")
+    return ("Sampling (temperature > 0): texts may differ from run to run; each method samples "
+            "from the same target distribution." + (" They happen to be identical." if same else ""))
