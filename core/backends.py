@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -16,6 +16,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     q_draft: np.ndarray | None = None  # (len(tokens), target vocab); None when greedy
     busy_s: float = 0.0  # time the drafter spent on it
+    sync_s: float = 0.0  # of which catching up with the context (prefill, rollback)
     span: tuple[float, float] = (0.0, 0.0)  # perf_counter start/end
 
     def __len__(self) -> int:
@@ -23,7 +24,7 @@ class Draft:
 
     def tail(self, start: int) -> "Draft":
         q = None if self.q_draft is None else self.q_draft[start:]
-        return Draft(self.tokens[start:], q, self.busy_s, self.span)
+        return Draft(self.tokens[start:], q, self.busy_s, self.sync_s, self.span)
 
 
 class Drafter(Protocol):
@@ -31,8 +32,10 @@ class Drafter(Protocol):
     name: str
 
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
-                rng: np.random.Generator, stop: threading.Event | None = None) -> Draft:
-        """Roll back to the longest common prefix with `context`, then draft up to n tokens."""
+                rng_at: Callable[[int], np.random.Generator],
+                stop: threading.Event | None = None) -> Draft:
+        """Roll back to the longest common prefix with `context`, then draft up to n tokens;
+        rng_at(len(context) + i) is the random stream for draft token i."""
 
     def rollback(self, n_keep: int) -> None: ...
 
@@ -53,4 +56,5 @@ class Target(Protocol):
 
     def rollback(self, n_keep: int) -> None: ...
 
-    def set_threads(self, n: int) -> None: ...
+    def set_threads(self, n: int) -> int:
+        """CPU threads for the forwards; returns the previous count."""

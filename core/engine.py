@@ -8,17 +8,17 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np
 
 from core.backends import Draft, Drafter, Target
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats, RoundRecord
 from core.output import Event, Output
-from core.sampling import SamplingConfig, logits_to_probs
+from core.sampling import PositionRng, SamplingConfig, logits_to_probs
 from core.scheduler import DraftWorker
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 METHODS = ("vanilla", "sps", "duo")
+VERIFY_STREAM = 0  # the draft worker uses stream 1
 
 
 @dataclass
@@ -34,6 +34,7 @@ class GenConfig:
     max_seqs: int = 4
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
+    prefill_threads: int = 0  # duo: >0 runs the prefill alone with this many target threads
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -63,7 +64,7 @@ class Run:
         self.ctx = list(prompt)
         self.out = Output(decode, target.eos_ids, cfg.max_new_tokens, cfg.stop_strings)
         self.stats = GenerationStats(method=cfg.method)
-        self.rng = np.random.default_rng(cfg.seed)
+        self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
         self.t0 = time.perf_counter()
         self.last_scored = 0
         target.rollback(0)
@@ -79,7 +80,8 @@ class Run:
             verdict = verify_greedy(draft.tokens, logits.argmax(axis=-1).tolist())
         else:
             p_target = logits_to_probs(logits, self.cfg.sampling)
-            verdict = verify_sampled(draft.tokens, draft.q_draft, p_target, self.rng)
+            verdict = verify_sampled(draft.tokens, draft.q_draft, p_target, self.rng_at,
+                                     base=len(self.ctx))
         self.target.rollback(len(self.ctx) + verdict.accepted)
         t1 = time.perf_counter()
         self.stats.target_busy_s += t1 - t0
@@ -154,7 +156,7 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
         verdict, vspan = run.verify(draft)
         rec = _record(run, start, draft.span if draft else (start, start), vspan, len(draft),
                       verdict.accepted)
-        _observe(run, budget, rec, len(draft), verdict.accepted, len(draft))
+        _observe(run, budget, rec, len(draft), verdict.accepted, draft)
         yield run.commit(draft, verdict)
 
 
@@ -167,6 +169,11 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
     draft, dropped = Draft(), []
     try:
+        if run.cfg.prefill_threads:  # cores are shared: the prefill first, with all of them
+            ev = _prefill_alone(run, budget)
+            yield ev
+            if ev.done:
+                return
         while True:
             start = time.perf_counter()
             job = worker.submit(run.ctx + draft.tokens, run.draft_room(budget.gamma + 1))
@@ -176,14 +183,14 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 job.cancel()
                 dropped.append((_record(run, start, (start, start), vspan, len(draft),
                                         verdict.accepted), job))
-                _observe(run, budget, dropped[-1][0], len(draft), verdict.accepted, 0)
+                _observe(run, budget, dropped[-1][0], len(draft), verdict.accepted, None)
                 draft = Draft()
             else:
                 chunk = job.result()
                 run.stats.draft_busy_s += chunk.busy_s
                 match = chunk.tokens[:1] == [verdict.token]
                 rec = _record(run, start, chunk.span, vspan, len(draft), verdict.accepted)
-                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + match, len(chunk))
+                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + match, chunk)
                 draft = chunk.tail(1) if match else Draft()
             yield ev
             if ev.done:
@@ -191,6 +198,15 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     finally:
         worker.close()
         _settle_dropped(run, dropped)
+
+
+def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
+    prev = run.target.set_threads(run.cfg.prefill_threads)
+    verdict, vspan = run.verify(Draft())
+    run.target.set_threads(prev)
+    _record(run, vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
+    run.stats.gammas_used[budget.gamma] += 1
+    return run.commit(Draft(), verdict)
 
 
 def _settle_dropped(run: Run, dropped: list) -> None:
@@ -210,11 +226,12 @@ def _record(run: Run, start: float, dspan, vspan, drafted: int, accepted: int) -
 
 
 def _observe(run: Run, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
-             draft_n: int) -> None:
-    """Feed the budget one round: pass rate, draft time per token, verify time per length
-    (a prefill round is no sample of verify time)."""
+             chunk: Draft | None) -> None:
+    """Feed the budget one round: pass rate, draft time per token (without catching up with
+    the context), verify time per length (a prefill round is no sample of verify time)."""
     run.stats.gammas_used[budget.gamma] += 1
     scored = run.last_scored if run.last_scored == rec.drafted + 1 else 0
-    budget.observe(trials, passed,
-                   draft_s=rec.draft_span[1] - rec.draft_span[0], draft_n=draft_n,
-                   verify_s=rec.verify_span[1] - rec.verify_span[0], verify_n=scored)
+    n = len(chunk) if chunk else 0
+    budget.observe(trials, passed, draft_s=chunk.busy_s - chunk.sync_s if n else 0.0,
+                   draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
+                   verify_n=scored)

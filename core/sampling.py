@@ -72,3 +72,15 @@ def pick(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator) -> i
     if cfg.greedy:
         return int(np.argmax(logits))
     return sample(logits_to_probs(logits, cfg), rng)
+
+
+class PositionRng:
+    """Random streams keyed by absolute token position: the draws that decide position i do
+    not depend on how rounds were cut, so a seed reproduces the output whatever the timing.
+    `stream` separates the verifier's draws from the draft's."""
+
+    def __init__(self, seed: int, stream: int):
+        self.seed, self.stream = seed, stream
+
+    def __call__(self, pos: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.stream, pos)))

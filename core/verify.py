@@ -8,6 +8,7 @@ comes from the target itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -32,15 +33,17 @@ def verify_greedy(draft: list[int], target_choice: list[int]) -> Verdict:
 
 
 def verify_sampled(draft: list[int], q_draft: np.ndarray, p_target: np.ndarray,
-                   rng: np.random.Generator) -> Verdict:
+                   rng_at: Callable[[int], np.random.Generator], base: int = 0) -> Verdict:
     """Speculative sampling (Leviathan et al.; Chen et al.): accept with min(1, p/q),
-    on rejection draw from norm(max(0, p - q)), else a bonus draw from the last row."""
+    on rejection draw from norm(max(0, p - q)), else a bonus draw from the last row.
+    rng_at(base + i) gives the random stream of draft position i."""
     for i, tok in enumerate(draft):
+        rng = rng_at(base + i)
         p, q = float(p_target[i, tok]), float(q_draft[i, tok])
         if q > 0 and rng.random() * q < p:
             continue
         return Verdict(i, residual_sample(p_target[i], q_draft[i], rng))
-    return Verdict(len(draft), sample(p_target[len(draft)], rng))
+    return Verdict(len(draft), sample(p_target[len(draft)], rng_at(base + len(draft))))
 
 
 def residual_sample(p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> int:

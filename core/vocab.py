@@ -1,7 +1,23 @@
-"""Vocabulary translation between draft and target token ids (identity when they share one)."""
+"""Vocabulary translation between draft and target token ids: `IdentityVocab` when they share a
+tokenizer, `MappedVocab` (through the text, as bytes) when they do not."""
 from __future__ import annotations
 
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
 import numpy as np
+
+Tokenize = Callable[[str], list[int]]  # text -> ids, no special-token parsing, no prefix
+
+# Control tokens with the same job in different families (chat-template turn markers).
+ROLES = {
+    "turn_start": ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<|user|>"),
+    "turn_end": ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"),
+}
+MIN_SHARED = 256  # fewer shared tokens than this and a draft cannot say anything useful
+PROBE = "Hello, world! The year 2024: naïve café, 你好, emoji 😀.\n    return x**2"
 
 
 class IdentityVocab:
@@ -13,7 +29,7 @@ class IdentityVocab:
         self.draft_size, self.target_size = draft_size, target_size
         self.draft_mask = None if draft_size <= target_size else _first(draft_size, target_size)
 
-    def to_draft(self, target_ids: list[int]) -> list[int]:
+    def to_draft(self, target_ids: list[int], greedy: bool = False) -> list[int]:
         return target_ids
 
     def to_target(self, draft_ids: list[int]) -> list[int]:
@@ -36,3 +52,443 @@ def _first(size: int, n: int) -> np.ndarray:
     mask = np.zeros(size, dtype=bool)
     mask[:n] = True
     return mask
+
+
+# -- the two vocabularies as byte strings -------------------------------------------------------
+@dataclass
+class VocabSide:
+    """One tokenizer as the aligner sees it: the bytes each id stands for (b"" for control
+    tokens), its control tokens by name, its end-of-text ids and its byte-fallback ids."""
+    pieces: list[bytes]
+    control: dict[int, str] = field(default_factory=dict)
+    eos: frozenset[int] = frozenset()
+    fallback: frozenset[int] = frozenset()  # <0xNN> tokens: one raw byte each
+
+    def __post_init__(self):
+        self.eos = frozenset(self.eos)
+        self.fallback = frozenset(self.fallback)
+        self.byte_id = self._byte_ids()
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def text_id(self, i: int) -> bool:
+        return i not in self.control and bool(self.pieces[i])
+
+    def _byte_ids(self) -> dict[int, int]:
+        """byte -> the id that spells that one byte (a plain token first, else a fallback)."""
+        out: dict[int, int] = {}
+        for i, p in enumerate(self.pieces):
+            if len(p) == 1 and self.text_id(i):
+                if p[0] not in out or (out[p[0]] in self.fallback and i not in self.fallback):
+                    out[p[0]] = i
+        return out
+
+
+class VocabMap:
+    """Load-time analysis: which draft ids have a target twin with the same bytes (1:1), how
+    control tokens correspond, and whether the pair can work at all."""
+
+    def __init__(self, draft: VocabSide, target: VocabSide,
+                 d2t: np.ndarray | None = None):
+        self.draft, self.target = draft, target
+        self.d2t = self._twins() if d2t is None else np.asarray(d2t, dtype=np.int32)
+        self.control_t2d, self.control_d2t = self._controls()
+        for d, t in self.control_d2t.items():
+            self.d2t[d] = t
+        self.one_to_one = self.d2t >= 0
+
+    def _twins(self) -> np.ndarray:
+        by_bytes: dict[bytes, int] = {}
+        for t, p in enumerate(self.target.pieces):
+            if self.target.text_id(t) and (p not in by_bytes or by_bytes[p] in
+                                           self.target.fallback):
+                by_bytes[p] = t
+        d2t = np.full(len(self.draft), -1, dtype=np.int32)
+        for d, p in enumerate(self.draft.pieces):
+            if self.draft.text_id(d):
+                d2t[d] = by_bytes.get(p, -1)
+        return d2t
+
+    def _controls(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Control tokens: same name, same role (turn markers), and end-of-text to
+        end-of-text. Target controls with no counterpart vanish from the draft's context;
+        draft controls with no counterpart end a proposal."""
+        t2d, d2t = {}, {}
+        d_by_name = {n: i for i, n in self.draft.control.items()}
+        d_role = {r: i for i, n in self.draft.control.items() for r, ns in ROLES.items()
+                  if n in ns}
+        for t, name in self.target.control.items():
+            role = next((r for r, ns in ROLES.items() if name in ns), None)
+            d = d_by_name.get(name, d_role.get(role))
+            if d is None and t in self.target.eos and self.draft.eos:
+                d = min(self.draft.eos)
+            if d is not None:
+                t2d[t] = d
+                d2t.setdefault(d, t)
+        t_eos = min(self.target.eos) if self.target.eos else None
+        for d in self.draft.eos:
+            if t_eos is not None:
+                d2t.setdefault(d, t_eos)
+        return t2d, d2t
+
+    def report(self) -> dict:
+        text_d = sum(self.draft.text_id(i) for i in range(len(self.draft)))
+        text_t = sum(self.target.text_id(i) for i in range(len(self.target)))
+        shared = int((self.d2t[[i for i in range(len(self.draft)) if self.draft.text_id(i)]]
+                      >= 0).sum()) if text_d else 0
+        return {
+            "draft_size": len(self.draft), "target_size": len(self.target),
+            "draft_text_tokens": text_d, "target_text_tokens": text_t,
+            "shared_tokens": shared,
+            "draft_share": round(shared / text_d, 4) if text_d else 0.0,
+            "target_share": round(shared / text_t, 4) if text_t else 0.0,
+            "draft_controls": len(self.draft.control),
+            "target_controls": len(self.target.control),
+            "controls_mapped": {self.target.control[t]: self.draft.control[d]
+                                for t, d in sorted(self.control_t2d.items())},
+            "target_byte_fallback": len(self.target.fallback),
+            "draft_bytes_covered": len(self.draft.byte_id),
+            "target_bytes_covered": len(self.target.byte_id),
+        }
+
+    def problems(self, draft_tok: Tokenize | None = None,
+                 target_tok: Tokenize | None = None) -> list[str]:
+        """Why this pair cannot work (empty when it can)."""
+        rep, out = self.report(), []
+        if rep["shared_tokens"] < MIN_SHARED:
+            out.append(f"the vocabularies share only {rep['shared_tokens']} tokens with "
+                       f"identical bytes (need {MIN_SHARED}); they do not spell text alike")
+        for side, tok, pieces in (("draft", draft_tok, self.draft.pieces),
+                                  ("target", target_tok, self.target.pieces)):
+            if tok is None:
+                continue
+            back = b"".join(pieces[i] for i in tok(PROBE))
+            if back != PROBE.encode():
+                out.append(f"the {side} tokenizer does not give its text back byte for byte "
+                           f"(a normalizer changes it: {PROBE!r} -> "
+                           f"{back.decode('utf-8', 'replace')!r})")
+        if not self.draft.eos:
+            out.append("the draft has no end-of-text token")
+        return out
+
+
+# -- a tokenizer over byte strings (fakes and tests; real pairs pass their own) ---------------
+class LongestMatch:
+    """Greedy longest-match tokenizer over a vocabulary's pieces (text ids only)."""
+
+    def __init__(self, side: VocabSide):
+        self.ids = {p: i for i, p in enumerate(side.pieces) if side.text_id(i)
+                    and i not in side.fallback}
+        self.byte_id = side.byte_id
+        self.longest = max((len(p) for p in self.ids), default=1)
+
+    def __call__(self, text: str) -> list[int]:
+        data, out, i = text.encode("utf-8"), [], 0
+        while i < len(data):
+            for n in range(min(self.longest, len(data) - i), 0, -1):
+                tok = self.ids.get(data[i:i + n])
+                if tok is not None:
+                    out.append(tok)
+                    i += n
+                    break
+            else:
+                out.append(self.byte_id[data[i]])
+                i += 1
+        return out
+
+
+# -- the translator used inside the rounds ------------------------------------------------------
+_ESCAPED = re.compile("([\udc80-\udcff]+)")
+WS = b" \t\n\r"
+MAX_CHUNK = 48  # target tokens: a longer run with no word break is cut anyway
+
+
+class MappedVocab:
+    """Draft and target tokenizers differ: translate through the bytes.
+
+    * to_draft: the target context is cut into chunks at word starts and each chunk is
+      re-tokenized by the draft's tokenizer (cached); the translation of everything but the
+      last chunk is reused, so consecutive contexts give the same draft prefix and the
+      drafter's KV cache is only rolled back to where the text changed.
+    * sampling (the default): the draft may only propose tokens with a target twin
+      (`draft_mask`), each draft token is one target token and q rows move to the twin's
+      column, so p/q is defined on target tokens and the verifier stays exact.
+    * greedy (`to_draft(..., greedy=True)`): no mask; the proposal's text is re-tokenized
+      by the target's tokenizer, a draft token may become several target tokens or none.
+    """
+    same = False
+
+    def __init__(self, vmap: VocabMap, draft_tokenize: Tokenize | None = None,
+                 target_tokenize: Tokenize | None = None, target_size: int | None = None,
+                 cache_size: int = 4096):
+        self.map = vmap
+        self.draft_size = len(vmap.draft)
+        self.target_size = max(target_size or 0, len(vmap.target))
+        self.draft_tok = draft_tokenize or LongestMatch(vmap.draft)
+        self.target_tok = target_tokenize or LongestMatch(vmap.target)
+        self.sample_mask = vmap.one_to_one.copy()
+        self.greedy_mask = np.array([vmap.draft.text_id(i) or i in vmap.control_d2t
+                                     for i in range(self.draft_size)], dtype=bool)
+        self.greedy = False
+        self._src = np.nonzero(self.sample_mask)[0]
+        self._dst = vmap.d2t[self._src]
+        self._chunks: OrderedDict[tuple, list[int]] = OrderedDict()
+        self._cache_size = cache_size
+        self._ctx: list[int] = []  # the last target context
+        self._cuts: list[int] = []  # where its chunks start (target index)
+        self._dpos: list[int] = []  # where each chunk's translation starts (draft index)
+        self._draft: list[int] = []  # its draft translation
+        self._pending: tuple | None = None  # the last proposal, to settle against the next ctx
+        self.counts = _Counts()
+
+    # -- the interface the drafter uses ----------------------------------------------------
+    @property
+    def draft_mask(self) -> np.ndarray:
+        return self.greedy_mask if self.greedy else self.sample_mask
+
+    def to_draft(self, target_ids: list[int], greedy: bool = False) -> list[int]:
+        """The draft's context for a target context; `greedy` picks the mode of the
+        proposal that follows (sampling is the safe default)."""
+        self.greedy = greedy
+        self._settle(target_ids)
+        lcp = _common_prefix(self._ctx, target_ids)
+        k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks 0..k-1 are kept
+        if not self._cuts:
+            self._cuts, self._dpos = [0], [0]
+            k = 0
+        kept = self._dpos[k]
+        del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[kept:]
+        self._ctx = list(target_ids)
+        self._extend(self._cuts[k])
+        self.counts.ctx_calls += 1
+        self.counts.ctx_draft_kept += kept
+        self.counts.ctx_draft_new += len(self._draft) - kept
+        return list(self._draft)
+
+    def to_target(self, draft_ids: list[int]) -> list[int]:
+        """Target ids for a proposal; sampling: one per draft id, greedy: re-tokenized."""
+        out, used = (self._retokenize(draft_ids) if self.greedy else
+                     self._twins(draft_ids))
+        self.counts.proposals += 1
+        self.counts.draft_in += len(draft_ids)
+        self.counts.draft_used += used[len(out)] if out else 0
+        self.counts.target_out += len(out)
+        self._pending = (len(self._ctx), out, used)
+        return out
+
+    def q_to_target(self, q: np.ndarray) -> np.ndarray:
+        """Rows over the draft vocabulary -> rows over the target's: each twin's column."""
+        out = np.zeros(q.shape[:-1] + (self.target_size,), dtype=q.dtype)
+        out[..., self._dst] = q[..., self._src]
+        return out
+
+    def stats(self) -> dict:
+        """Counters since the last call (one generation), and the load-time coverage."""
+        s = self.counts.to_dict()
+        s.update(same_tokenizer=False, draft_size=self.draft_size, target_size=self.target_size,
+                 shared_tokens=int(self.sample_mask.sum()))
+        self.counts = _Counts()
+        return s
+
+    # -- target -> draft (the context) ------------------------------------------------------
+    def _extend(self, start: int) -> None:
+        """Chunk and translate self._ctx from `start` (a chunk start) to the end."""
+        ctx, pieces, ctrl = self._ctx, self.map.target.pieces, self.map.target.control
+        i = start
+        while i < len(ctx):
+            j = i + 1
+            if ctx[i] not in ctrl:
+                while (j < len(ctx) and ctx[j] not in ctrl and j - i < MAX_CHUNK
+                       and not _cut_before(pieces[ctx[j - 1]], pieces[ctx[j]])):
+                    j += 1
+            if i != self._cuts[-1]:
+                self._cuts.append(i)
+                self._dpos.append(len(self._draft))
+            self._draft += self._chunk(tuple(ctx[i:j]))
+            i = j
+
+    def _chunk(self, ids: tuple) -> list[int]:
+        hit = self._chunks.get(ids)
+        if hit is not None:
+            self._chunks.move_to_end(ids)
+            return hit
+        self.counts.ctx_chunks_translated += 1
+        self.counts.ctx_target_translated += len(ids)
+        if len(ids) == 1 and ids[0] in self.map.target.control:
+            d = self.map.control_t2d.get(ids[0])
+            out = [] if d is None else [d]
+        else:
+            out = self._draft_ids(b"".join(self.map.target.pieces[t] for t in ids))
+        self._chunks[ids] = out
+        if len(self._chunks) > self._cache_size:
+            self._chunks.popitem(last=False)
+        return out
+
+    def _draft_ids(self, data: bytes) -> list[int]:
+        """Any bytes -> draft ids: text through the tokenizer, stray bytes one by one."""
+        out = []
+        for k, part in enumerate(_ESCAPED.split(data.decode("utf-8", "surrogateescape"))):
+            if k % 2 == 0:
+                out += self.draft_tok(part) if part else []
+            else:
+                out += [self.map.draft.byte_id[ord(c) - 0xDC00] for c in part
+                        if ord(c) - 0xDC00 in self.map.draft.byte_id]
+        return out
+
+    # -- draft -> target (the proposal) ------------------------------------------------------
+    def _twins(self, draft_ids: list[int]) -> tuple[list[int], list[int]]:
+        out = []
+        for d in draft_ids:
+            t = int(self.map.d2t[d])
+            if t < 0:
+                raise ValueError(f"draft token {d} has no target twin: a sampled draft must "
+                                 "apply vocab.draft_mask")
+            out.append(t)
+        return out, list(range(len(out) + 1))
+
+    def _retokenize(self, draft_ids: list[int]) -> tuple[list[int], list[int]]:
+        """Greedy: re-tokenize the proposal's text with the target tokenizer. Returns the
+        target ids and, for each prefix of them, how many draft ids it covers. Stops at a
+        draft control token with no target counterpart and before an unfinished character;
+        the last target token is dropped when the text could still extend it."""
+        run: list[int] = []
+        out, used = [], [0]
+        for n, d in enumerate(draft_ids):
+            if d in self.map.draft.control:
+                self._flush(run, n, out, used, final=False)
+                run = []
+                t = self.map.control_d2t.get(d)
+                if t is None:
+                    return _capped(out, used, len(draft_ids))
+                out.append(t)
+                used.append(n + 1)
+            else:
+                run.append(d)
+        self._flush(run, len(draft_ids), out, used, final=True)
+        return _capped(out, used, len(draft_ids))
+
+    def _flush(self, run: list[int], end: int, out: list, used: list, final: bool) -> None:
+        if not run:
+            return
+        pieces = self.map.draft.pieces
+        ends, pos = [], 0
+        for d in run:
+            pos += len(pieces[d])
+            ends.append(pos)
+        data = b"".join(pieces[d] for d in run)
+        start = end - len(run)
+        pos = 0
+        for t, size in self._target_ids(data, final):
+            pos += size
+            out.append(t)
+            used.append(start + _count_below(ends, pos + 1))
+
+    def _target_ids(self, data: bytes, final: bool) -> list[tuple[int, int]]:
+        """(target id, byte length) for bytes; an unfinished UTF-8 tail is left out."""
+        text = data.decode("utf-8", "surrogateescape")
+        parts = _ESCAPED.split(text)
+        if final and len(parts) > 1 and not parts[-1]:
+            parts = parts[:-2] + [_unfinished_keep(parts[-2])] + [""]
+        out, tpieces = [], self.map.target.pieces
+        for k, part in enumerate(parts):
+            if not part:
+                continue
+            if k % 2 == 0:
+                out += [(t, len(tpieces[t])) for t in self.target_tok(part)]
+            else:
+                for c in part:
+                    t = self.map.target.byte_id.get(ord(c) - 0xDC00)
+                    if t is None:
+                        return out
+                    out.append((t, 1))
+        return out
+
+    # -- stats ----------------------------------------------------------------------------
+    def _settle(self, ctx: list[int]) -> None:
+        """The proposal before this context: how much of it the context kept (exact for
+        sps; for duo the next context may still hold unverified draft tokens)."""
+        if self._pending is None:
+            return
+        n_ctx, out, used = self._pending
+        self._pending = None
+        if len(ctx) < n_ctx or _common_prefix(self._ctx, ctx) < n_ctx:
+            return
+        a = _common_prefix(out, ctx[n_ctx:])
+        self.counts.settled_target += a
+        self.counts.settled_draft += used[a]
+
+
+@dataclass
+class _Counts:
+    proposals: int = 0
+    draft_in: int = 0  # draft tokens handed to to_target
+    draft_used: int = 0  # of those, covered by the target tokens returned
+    target_out: int = 0  # target tokens returned
+    settled_draft: int = 0  # draft tokens of the proposals that the next context kept
+    settled_target: int = 0  # ... and the target tokens they became
+    ctx_calls: int = 0
+    ctx_draft_kept: int = 0  # draft context ids reused from the previous call
+    ctx_draft_new: int = 0  # draft context ids translated again
+    ctx_chunks_translated: int = 0
+    ctx_target_translated: int = 0
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["target_per_draft"] = round(self.target_out / self.draft_used, 3) \
+            if self.draft_used else 0.0
+        d["target_per_accepted_draft"] = round(self.settled_target / self.settled_draft, 3) \
+            if self.settled_draft else 0.0
+        return d
+
+
+def _cut_before(prev: bytes, cur: bytes) -> bool:
+    """A chunk may start at `cur`: it opens a word (' x' after a non-space) or a line
+    ('x' after a newline). These are word starts for byte-level BPE pre-tokenizers too."""
+    if not prev or not cur:
+        return True
+    if cur[0] == 0x20 and len(cur) > 1 and cur[1] not in WS and prev[-1] not in WS:
+        return True
+    return prev[-1] == 0x0A and cur[0] not in WS
+
+
+def _unfinished_keep(escaped: str) -> str:
+    """Stray bytes at the very end: drop a trailing start of a UTF-8 character that is not
+    complete yet (the next draft token may finish it); keep the rest."""
+    raw = bytes(ord(c) - 0xDC00 for c in escaped)
+    for back in range(1, min(4, len(raw)) + 1):
+        lead = raw[-back]
+        need = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else \
+            4 if lead >> 3 == 0b11110 else 0
+        if need:
+            if back < need:
+                raw = raw[:-back]
+            break
+        if lead >> 6 != 0b10:
+            break
+    return raw.decode("latin-1").translate({i: 0xDC00 + i for i in range(256)})
+
+
+def _capped(out: list[int], used: list[int], n: int) -> tuple[list[int], list[int]]:
+    """No more target tokens than draft tokens: the engine sized the room in tokens."""
+    return out[:n], used[:n + 1]
+
+
+def _count_below(sorted_vals: list[int], limit: int) -> int:
+    """How many of the sorted values are < limit."""
+    lo, hi = 0, len(sorted_vals)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_vals[mid] < limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from llama_cpp import _internals as internals
@@ -41,21 +43,24 @@ class LlamaDrafter:
 
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
-                rng: np.random.Generator, stop: threading.Event | None = None) -> Draft:
+                rng_at: Callable[[int], np.random.Generator],
+                stop: threading.Event | None = None) -> Draft:
         ids = self.vocab.to_draft(context)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
+        t0 = time.perf_counter()
         logits = self._sync(ids)
+        sync_s = time.perf_counter() - t0
         out, rows = [], []
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
-            tok, q = self._choose(logits, sampling, rng)
+            tok, q = self._choose(logits, sampling, rng_at, len(context) + i)
             out.append(tok)
             rows.append(q)
             if i + 1 < n:
                 logits = self._decode_one(tok)
         q_draft = None if sampling.greedy or not rows else self.vocab.q_to_target(np.stack(rows))
-        return Draft(self.vocab.to_target(out), q_draft)
+        return Draft(self.vocab.to_target(out), q_draft, sync_s=sync_s)
 
     def rollback(self, n_keep: int) -> None:
         if n_keep < len(self.tokens):
@@ -66,13 +71,13 @@ class LlamaDrafter:
         C.llama_set_n_threads(self.ctx.ctx, n, n)
 
     # -- internals ------------------------------------------------------------------------
-    def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng):
+    def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng_at, pos: int):
         if self.vocab.draft_mask is not None:
             logits = np.where(self.vocab.draft_mask, logits, -np.inf)
         if sampling.greedy:
             return int(np.argmax(logits)), None
         q = logits_to_probs(logits, sampling)
-        return sample(q, rng), q
+        return sample(q, rng_at(pos)), q
 
     def _sync(self, ids: list[int]) -> np.ndarray:
         """Keep the longest common prefix in the KV cache, evaluate the rest, return the

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from core.engine import GenConfig, generate
@@ -52,10 +52,17 @@ class Pair:
         self._progress = say
 
     def _vocab(self):
+        """Same tokenizer: ids pass through. Different: the load-time analysis (cached on
+        disk) and a translating vocabulary; PairError when the two cannot work together."""
         if self.spec.same_tokenizer:
             return IdentityVocab(self.drafter.n_vocab, self.target.vocab_size)
-        raise PairError(f"pair '{self.spec.name}' has different draft and target tokenizers; "
-                        "vocabulary alignment is not available yet")
+        from models.vocab_build import build_vocab
+
+        try:
+            return build_vocab(self.drafter, self.tokenizer, self.target.vocab_size,
+                               set(self.target.eos_ids), log.info)
+        except PairError as e:
+            raise PairError(f"pair '{self.spec.name}': {e}") from e
 
     # -- threads and the budget profile --------------------------------------------------
     def threads_for(self, method: str) -> tuple[int, int]:
@@ -103,6 +110,8 @@ class Pair:
 
     def generate(self, prompt_ids: list[int], cfg: GenConfig) -> Iterator[Event]:
         cfg.validate()
+        if cfg.method == "duo" and not self.target.device.startswith("cuda"):
+            cfg = replace(cfg, prefill_threads=self.opts.cores)  # the draft shares the cores
         profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")

@@ -54,9 +54,12 @@ class TorchTarget:
                 layer.activate_past_recording()
         return cache
 
-    def set_threads(self, n: int) -> None:
-        if not self.device.startswith("cuda"):
+    def set_threads(self, n: int) -> int:
+        """Set torch's CPU threads; returns the previous count."""
+        prev = torch.get_num_threads()
+        if n and not self.device.startswith("cuda"):
             torch.set_num_threads(n)
+        return prev
 
     def synchronize(self) -> None:
         if self.device.startswith("cuda"):

@@ -43,7 +43,7 @@ class FakeTarget:
         del self.cache[n_keep:]
 
     def set_threads(self, n):
-        pass
+        return 1
 
 
 class FakeDrafter:
@@ -55,11 +55,11 @@ class FakeDrafter:
         self.tokens: list[int] = []
         self.calls: list[tuple[int, int]] = []
 
-    def propose(self, context, n, sampling: SamplingConfig, rng, stop=None, **_):
+    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, **_):
         self.calls.append((len(context), n))
         self.tokens = list(context)
         out, rows = [], []
-        for _ in range(n):
+        for i in range(n):
             if stop is not None and stop.is_set():
                 break
             if self.delay:
@@ -67,7 +67,7 @@ class FakeDrafter:
             q = logits_to_probs(np.log(self.Q[self.tokens[-1]] + 1e-30), sampling)
             tok = self.script(self.tokens) if self.script else None
             if tok is None:
-                tok = int(np.argmax(q)) if sampling.greedy else sample(q, rng)
+                tok = int(np.argmax(q)) if sampling.greedy else sample(q, rng_at(len(context) + i))
             out.append(tok)
             rows.append(q)
             self.tokens.append(tok)
@@ -78,7 +78,7 @@ class FakeDrafter:
         del self.tokens[n_keep:]
 
     def set_threads(self, n):
-        pass
+        return 1
 
 
 def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Profile:

@@ -1,0 +1,246 @@
+"""Benchmark methods side by side on Spec-Bench style prompts; writes DIR/results.json,
+DIR/figure1.png and prints a markdown table.
+
+Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
+duo-single (one sequence), duo-k2 / duo-k3 (always k sequences)."""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
+                     quiet_logs)
+from core.engine import METHODS  # noqa: E402
+from models.catalog import PairError, get_pair  # noqa: E402
+
+VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
+            "duo-k3": {"static_k": 3}}
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    add_model_args(p)
+    p.add_argument("--methods", default="vanilla,sps,duo")
+    p.add_argument("--questions", required=True, help="JSONL: question_id, category, turns")
+    p.add_argument("--limit-per-category", type=int, default=0, help="0 = all")
+    p.add_argument("--out", required=True)
+    p.add_argument("--raw", action="store_true")
+    p.add_argument("--figure1-lengths", default="64,128,256,512,1024,2048",
+                   help="input lengths for figure 1 ('' to skip)")
+    add_decoding_args(p)
+    return p.parse_args(argv)
+
+
+def load_questions(path: str, limit: int) -> list[dict]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ValueError(f"cannot read questions file '{path}': {e}") from None
+    per_cat: dict[str, list] = defaultdict(list)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            q = json.loads(line)
+            item = {"id": q["question_id"], "category": q["category"], "prompt": q["turns"][0]}
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ValueError(f"{path}:{n}: expected question_id, category, turns") from None
+        if not limit or len(per_cat[item["category"]]) < limit:
+            per_cat[item["category"]].append(item)
+    if not per_cat:
+        raise ValueError(f"no questions in '{path}'")
+    return [q for qs in per_cat.values() for q in qs]
+
+
+def method_config(args, name: str):
+    base = name if name in METHODS else "duo"
+    if name not in METHODS and name not in VARIANTS:
+        known = ", ".join(list(METHODS) + list(VARIANTS))
+        raise ValueError(f"unknown method '{name}'; known: {known}")
+    cfg = gen_config(args, base)
+    for k, v in VARIANTS.get(name, {}).items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def run_one(pair, ids, cfg) -> dict:
+    stats, tokens = {}, []
+    for ev in pair.generate(ids, cfg):
+        tokens += ev.tokens
+        stats = ev.stats or stats
+    stats["token_ids"] = tokens
+    return stats
+
+
+def run_all(pair, questions, methods, args, log) -> dict[str, list]:
+    """Methods interleaved per prompt, so machine noise hits them alike."""
+    cfgs = {m: method_config(args, m) for m in methods}
+    warm = pair.prompt_ids("Warm up: say one word.", raw=args.raw)
+    for m, cfg in cfgs.items():  # warm-up (and the one-time budget profile)
+        run_one(pair, warm, _short(cfg))
+    results: dict[str, list] = {m: [] for m in methods}
+    for i, q in enumerate(questions, 1):
+        ids = pair.prompt_ids(q["prompt"], raw=args.raw)
+        for m, cfg in cfgs.items():
+            s = run_one(pair, ids, cfg)
+            s["category"], s["question_id"] = q["category"], q["id"]
+            results[m].append(s)
+        log(f"[{i}/{len(questions)}] {q['category']}: " + ", ".join(
+            f"{m} {results[m][-1]['tokens_per_s']:.1f}" for m in methods) + " tok/s")
+    return results
+
+
+def _short(cfg):
+    from dataclasses import replace
+    return replace(cfg, max_new_tokens=min(16, cfg.max_new_tokens))
+
+
+def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
+    tokens = sum(r["new_tokens"] for r in runs)
+    wall = sum(r["wall_s"] for r in runs)
+    drafted = sum(r["drafted"] for r in runs)
+    rounds = sum(r["rounds"] for r in runs)
+    out = {"prompts": len(runs), "new_tokens": tokens, "wall_s": wall,
+           "tokens_per_s": tokens / wall if wall else 0.0,
+           "ttft_s": statistics.median(r["ttft_s"] for r in runs),
+           "acceptance_rate": sum(r["accepted"] for r in runs) / drafted if drafted else 0.0,
+           "mean_accepted_per_round": sum(r["accepted"] for r in runs) / rounds if rounds else 0.0,
+           "overlap_efficiency": _overlap(runs),
+           "draft_busy_s": sum(r.get("draft_busy_s", 0.0) for r in runs),
+           "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
+           "gammas_used": _merge(r.get("gammas_used", {}) for r in runs),
+           "seq_hist": _merge(r.get("seq_hist", {}) for r in runs)}
+    if base:
+        b_tok, b_wall = sum(r["new_tokens"] for r in base), sum(r["wall_s"] for r in base)
+        out["speedup"] = out["tokens_per_s"] / (b_tok / b_wall) if b_wall else 0.0
+        out["speedup_median"] = statistics.median(
+            r["tokens_per_s"] / v["tokens_per_s"] for r, v in zip(runs, base) if v["tokens_per_s"])
+        out["ttft_ratio"] = out["ttft_s"] / statistics.median(r["ttft_s"] for r in base)
+        out["identical_to_vanilla"] = sum(r["token_ids"] == v["token_ids"]
+                                          for r, v in zip(runs, base))
+    return out
+
+
+def _overlap(runs: list[dict]) -> float:
+    busy = wall = 0.0
+    for r in runs:
+        for rd in r.get("rounds_log", []):
+            d, v = rd["draft_span"], rd["verify_span"]
+            busy += max(d[1] - d[0], v[1] - v[0])
+            wall += rd["end"] - rd["start"]
+    return min(1.0, busy / wall) if wall else 0.0
+
+
+def _merge(dicts) -> dict:
+    total: dict = defaultdict(int)
+    for d in dicts:
+        for k, v in d.items():
+            total[str(k)] += v
+    return dict(sorted(total.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
+
+
+def summarize(results: dict[str, list]) -> dict:
+    base = results.get("vanilla")
+    out = {}
+    for m, runs in results.items():
+        cats = sorted({r["category"] for r in runs})
+        by = {c: [r for r in runs if r["category"] == c] for c in cats}
+        bby = {c: [r for r in base if r["category"] == c] for c in cats} if base else {}
+        out[m] = {"overall": aggregate(runs, base),
+                  "categories": {c: aggregate(by[c], bby.get(c)) for c in cats}}
+    return out
+
+
+def markdown(summary: dict) -> str:
+    rows = ["| method | category | tokens/s | speed-up | TTFT s | acceptance | accepted/round"
+            " | overlap |", "|---|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        for cat, st in list(s["categories"].items()) + [("**overall**", s["overall"])]:
+            rows.append(f"| {m} | {cat} | {st['tokens_per_s']:.1f} | {st.get('speedup', 1.0):.2f}"
+                        f" | {st['ttft_s']:.3f} | {st['acceptance_rate']:.2f}"
+                        f" | {st['mean_accepted_per_round']:.2f} | {st['overlap_efficiency']:.2f} |")
+    return "\n".join(rows)
+
+
+def machine(pair, methods) -> dict:
+    import torch
+    return {"platform": platform.platform(), "cpu": _cpu(), "cores": pair.opts.cores,
+            "torch": torch.__version__, "target_device": pair.target.device_name(),
+            "threads": {m: dict(zip(("draft", "target"), pair.threads_for(m.split("-")[0])))
+                        for m in methods},
+            "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def figure1(pair, lengths: list[int], path: Path) -> dict:
+    """The paper's Figure 1: draft time for 8 tokens vs target verification of 8 tokens."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from models.profiler import draft_time, verify_time
+    pair.apply_threads("duo")
+    data = {"length": [], "draft_8_s": [], "verify_8_s": []}
+    for n in lengths:
+        ctx = [(i * 37) % 1000 + 100 for i in range(n)]
+        data["length"].append(n)
+        data["draft_8_s"].append(draft_time(pair.drafter, ctx, 8))
+        data["verify_8_s"].append(verify_time(pair.target, ctx, 8))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(lengths, [t * 1e3 for t in data["draft_8_s"]], "o-", label="draft: 8 tokens (CPU, llama.cpp)")
+    ax.plot(lengths, [t * 1e3 for t in data["verify_8_s"]], "s-",
+            label=f"target: verify 8 tokens ({pair.target.device_name()})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("time (ms)")
+    ax.set_title(f"Draft vs verify time, {pair.spec.name}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return data
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    quiet_logs()
+    try:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        for m in methods:
+            method_config(args, m)
+        questions = load_questions(args.questions, args.limit_per_category)
+        get_pair(args.pair)
+        from models.loader import LoadOptions, Pair
+        pair = Pair(args.pair, LoadOptions(device=args.device, remeasure=args.remeasure))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+    except (PairError, ValueError, OSError) as e:
+        fail(str(e))
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    results = run_all(pair, questions, methods, args, log)
+    report = {"machine": machine(pair, methods), "methods": summarize(results),
+              "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                           "questions": args.questions, "prompts": len(questions)}}
+    lengths = [int(x) for x in args.figure1_lengths.split(",") if x.strip()]
+    if lengths:
+        report["figure1"] = figure1(pair, lengths, out / "figure1.png")
+    (out / "results.json").write_text(json.dumps(report, indent=1))
+    print(markdown(report["methods"]))
+
+
+if __name__ == "__main__":
+    main()

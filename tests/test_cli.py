@@ -1,0 +1,90 @@
+"""The command-line contract of scripts/generate.py, and its one-line errors (exit code 2)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+GEN = [sys.executable, str(ROOT / "scripts" / "generate.py")]
+STATS_KEYS = {"method", "new_tokens", "wall_s", "ttft_s", "tokens_per_s", "rounds", "drafted",
+              "accepted", "acceptance_rate", "mean_accepted_per_round", "gamma"}
+
+
+def call(*args, timeout=300):
+    return subprocess.run(GEN + list(args), capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def json_runs():
+    out = {}
+    for method in ("vanilla", "duo"):
+        r = call("--pair", "smol-self", "--method", method, "--prompt", "Name a fruit.",
+                 "--max-new-tokens", "12", "--json")
+        assert r.returncode == 0, r.stderr
+        out[method] = r
+    return out
+
+
+def test_json_is_exactly_one_object_on_stdout(json_runs):
+    for method, r in json_runs.items():
+        data = json.loads(r.stdout)  # fails if anything else is on stdout
+        assert set(data) == {"text", "token_ids", "stats"}
+        assert STATS_KEYS <= set(data["stats"])
+        assert data["stats"]["method"] == method
+        assert 0 < len(data["token_ids"]) <= 12 == data["stats"]["new_tokens"] or \
+            data["stats"]["stop_reason"] == "eos"
+        assert data["text"].strip()
+
+
+def test_methods_agree_through_the_cli(json_runs):
+    ids = {m: json.loads(r.stdout)["token_ids"] for m, r in json_runs.items()}
+    assert ids["duo"] == ids["vanilla"]
+
+
+def test_prompt_file_and_streaming(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("Say hello.", encoding="utf-8")
+    r = call("--prompt-file", str(f), "--method", "sps", "--max-new-tokens", "8", "--gamma", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and not r.stdout.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--pair", "nope", "--prompt", "x"], "known pairs: gemma-smol"),
+    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["--prompt", "x", "--temperature", "-0.5"], "temperature"),
+    (["--prompt", "x", "--top-p", "0"], "top-p"),
+    (["--prompt", "x", "--top-p", "1.5"], "top-p"),
+    (["--prompt", "x", "--gamma", "many"], "gamma"),
+    (["--prompt-file", "/does/not/exist.txt"], "cannot read prompt file"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = call(*args, timeout=60)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_prompt_longer_than_context_says_the_limit(tmp_path):
+    f = tmp_path / "long.txt"
+    f.write_text("word " * 9000, encoding="utf-8")
+    r = call("--prompt-file", str(f), "--max-new-tokens", "4")
+    assert r.returncode == 2 and "context window allows" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_model_file_is_a_clear_error(tmp_path, monkeypatch):
+    from models.catalog import PairError, PairSpec
+    from models.loader import _files
+    spec = PairSpec("broken", {"path": str(tmp_path / "none.gguf")},
+                    {"path": str(tmp_path / "none.gguf")})
+    from models.draft_llama import LlamaDrafter
+    with pytest.raises(FileNotFoundError, match="draft model file not found"):
+        LlamaDrafter(*[p for p in _files(spec)][1:])
+    assert issubclass(PairError, ValueError)
