@@ -3,6 +3,7 @@ tokenizer, `MappedVocab` (through the text, as bytes) when they do not."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,7 +17,7 @@ ROLES = {
     "turn_start": ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<|user|>"),
     "turn_end": ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"),
 }
-MIN_SHARED = 256  # fewer shared tokens than this and a draft cannot say anything useful
+MIN_SHARED = 256  # fewer tokens spelled alike and a draft cannot say anything useful
 PROBE = "Hello, world! The year 2024: naïve café, 你好, emoji 😀.\n    return x**2"
 
 
@@ -65,8 +66,7 @@ class VocabSide:
     fallback: frozenset[int] = frozenset()  # <0xNN> tokens: one raw byte each
 
     def __post_init__(self):
-        self.eos = frozenset(self.eos)
-        self.fallback = frozenset(self.fallback)
+        self.eos, self.fallback = frozenset(self.eos), frozenset(self.fallback)
         self.byte_id = self._byte_ids()
 
     def __len__(self) -> int:
@@ -86,13 +86,12 @@ class VocabSide:
 
 
 class VocabMap:
-    """Load-time analysis: which draft ids have a target twin with the same bytes (1:1), how
-    control tokens correspond, and whether the pair can work at all."""
+    """Load-time analysis: which draft ids have a target twin spelled with the same bytes
+    (1:1), how control tokens correspond, and whether the pair can work at all."""
 
-    def __init__(self, draft: VocabSide, target: VocabSide,
-                 d2t: np.ndarray | None = None):
+    def __init__(self, draft: VocabSide, target: VocabSide, d2t: np.ndarray | None = None):
         self.draft, self.target = draft, target
-        self.d2t = self._twins() if d2t is None else np.asarray(d2t, dtype=np.int32)
+        self.d2t = self._twins() if d2t is None else np.array(d2t, dtype=np.int32)
         self.control_t2d, self.control_d2t = self._controls()
         for d, t in self.control_d2t.items():
             self.d2t[d] = t
@@ -111,37 +110,35 @@ class VocabMap:
         return d2t
 
     def _controls(self) -> tuple[dict[int, int], dict[int, int]]:
-        """Control tokens: same name, same role (turn markers), and end-of-text to
-        end-of-text. Target controls with no counterpart vanish from the draft's context;
-        draft controls with no counterpart end a proposal."""
+        """Control tokens: same name, same role (turn markers), end-of-text to end-of-text.
+        Target controls with no counterpart vanish from the draft's context; draft controls
+        with no counterpart are never proposed."""
         t2d, d2t = {}, {}
         d_by_name = {n: i for i, n in self.draft.control.items()}
-        d_role = {r: i for i, n in self.draft.control.items() for r, ns in ROLES.items()
-                  if n in ns}
+        d_by_role = {r: i for i, n in self.draft.control.items() for r, ns in ROLES.items()
+                     if n in ns}
         for t, name in self.target.control.items():
             role = next((r for r, ns in ROLES.items() if name in ns), None)
-            d = d_by_name.get(name, d_role.get(role))
+            d = d_by_name.get(name, d_by_role.get(role))
             if d is None and t in self.target.eos and self.draft.eos:
                 d = min(self.draft.eos)
             if d is not None:
                 t2d[t] = d
                 d2t.setdefault(d, t)
-        t_eos = min(self.target.eos) if self.target.eos else None
-        for d in self.draft.eos:
-            if t_eos is not None:
-                d2t.setdefault(d, t_eos)
+        if self.target.eos:
+            for d in self.draft.eos:
+                d2t.setdefault(d, min(self.target.eos))
         return t2d, d2t
 
     def report(self) -> dict:
-        text_d = sum(self.draft.text_id(i) for i in range(len(self.draft)))
+        text_d = [i for i in range(len(self.draft)) if self.draft.text_id(i)]
         text_t = sum(self.target.text_id(i) for i in range(len(self.target)))
-        shared = int((self.d2t[[i for i in range(len(self.draft)) if self.draft.text_id(i)]]
-                      >= 0).sum()) if text_d else 0
+        shared = int((self.d2t[text_d] >= 0).sum()) if text_d else 0
         return {
             "draft_size": len(self.draft), "target_size": len(self.target),
-            "draft_text_tokens": text_d, "target_text_tokens": text_t,
+            "draft_text_tokens": len(text_d), "target_text_tokens": text_t,
             "shared_tokens": shared,
-            "draft_share": round(shared / text_d, 4) if text_d else 0.0,
+            "draft_share": round(shared / len(text_d), 4) if text_d else 0.0,
             "target_share": round(shared / text_t, 4) if text_t else 0.0,
             "draft_controls": len(self.draft.control),
             "target_controls": len(self.target.control),
@@ -158,7 +155,7 @@ class VocabMap:
         rep, out = self.report(), []
         if rep["shared_tokens"] < MIN_SHARED:
             out.append(f"the vocabularies share only {rep['shared_tokens']} tokens with "
-                       f"identical bytes (need {MIN_SHARED}); they do not spell text alike")
+                       f"identical bytes (need {MIN_SHARED}): they do not spell text alike")
         for side, tok, pieces in (("draft", draft_tok, self.draft.pieces),
                                   ("target", target_tok, self.target.pieces)):
             if tok is None:
@@ -178,8 +175,8 @@ class LongestMatch:
     """Greedy longest-match tokenizer over a vocabulary's pieces (text ids only)."""
 
     def __init__(self, side: VocabSide):
-        self.ids = {p: i for i, p in enumerate(side.pieces) if side.text_id(i)
-                    and i not in side.fallback}
+        self.ids = {p: i for i, p in enumerate(side.pieces)
+                    if side.text_id(i) and i not in side.fallback}
         self.byte_id = side.byte_id
         self.longest = max((len(p) for p in self.ids), default=1)
 
@@ -193,29 +190,32 @@ class LongestMatch:
                     i += n
                     break
             else:
-                out.append(self.byte_id[data[i]])
+                if data[i] in self.byte_id:
+                    out.append(self.byte_id[data[i]])
                 i += 1
         return out
 
 
 # -- the translator used inside the rounds ------------------------------------------------------
-_ESCAPED = re.compile("([\udc80-\udcff]+)")
+_ESCAPED = re.compile("([\udc80-\udcff]+)")  # bytes that are not UTF-8, after surrogateescape
 WS = b" \t\n\r"
-MAX_CHUNK = 48  # target tokens: a longer run with no word break is cut anyway
+MAX_CHUNK = 48  # target tokens: a longer run with no word start is cut anyway
 
 
 class MappedVocab:
     """Draft and target tokenizers differ: translate through the bytes.
 
-    * to_draft: the target context is cut into chunks at word starts and each chunk is
-      re-tokenized by the draft's tokenizer (cached); the translation of everything but the
-      last chunk is reused, so consecutive contexts give the same draft prefix and the
-      drafter's KV cache is only rolled back to where the text changed.
-    * sampling (the default): the draft may only propose tokens with a target twin
-      (`draft_mask`), each draft token is one target token and q rows move to the twin's
-      column, so p/q is defined on target tokens and the verifier stays exact.
-    * greedy (`to_draft(..., greedy=True)`): no mask; the proposal's text is re-tokenized
-      by the target's tokenizer, a draft token may become several target tokens or none.
+    * Context (to_draft): the target context is cut into chunks at word starts and each chunk
+      is tokenized by the draft's tokenizer (cached); the translation of all but the last
+      chunk is reused, so consecutive contexts give the same draft prefix and the drafter's
+      KV cache is only rolled back to where the text changed.
+    * Sampling (the default mode): the draft may only propose tokens that have a target twin
+      with the same bytes (`draft_mask`); each draft token is one target token and each q
+      row moves to the twins' columns, so p/q is defined on target tokens and the verifier
+      stays exact.
+    * Greedy (`to_draft(ctx, greedy=True)`): any text token may be proposed and the
+      proposal's text is re-tokenized by the target's tokenizer, so a draft token may become
+      several target tokens or part of one; the verifier needs no q.
     """
     same = False
 
@@ -236,10 +236,11 @@ class MappedVocab:
         self._chunks: OrderedDict[tuple, list[int]] = OrderedDict()
         self._cache_size = cache_size
         self._ctx: list[int] = []  # the last target context
-        self._cuts: list[int] = []  # where its chunks start (target index)
-        self._dpos: list[int] = []  # where each chunk's translation starts (draft index)
+        self._cuts: list[int] = [0]  # where its chunks start (target index)
+        self._dpos: list[int] = [0]  # where each chunk's translation starts (draft index)
         self._draft: list[int] = []  # its draft translation
-        self._pending: tuple | None = None  # the last proposal, to settle against the next ctx
+        self._pending: tuple | None = None  # the last proposal, settled by the next context
+        self._main_next = False  # the next to_target is the proposal (not a branch or rank)
         self.counts = _Counts()
 
     # -- the interface the drafter uses ----------------------------------------------------
@@ -248,33 +249,40 @@ class MappedVocab:
         return self.greedy_mask if self.greedy else self.sample_mask
 
     def to_draft(self, target_ids: list[int], greedy: bool = False) -> list[int]:
-        """The draft's context for a target context; `greedy` picks the mode of the
-        proposal that follows (sampling is the safe default)."""
+        """The draft's context for a target context; `greedy` sets the mode of the proposal
+        that follows (sampling, the exact one, is the default)."""
         self.greedy = greedy
-        self._settle(target_ids)
         lcp = _common_prefix(self._ctx, target_ids)
-        k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks 0..k-1 are kept
-        if not self._cuts:
-            self._cuts, self._dpos = [0], [0]
-            k = 0
+        self._settle(target_ids, lcp)
+        k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks before k are kept
         kept = self._dpos[k]
         del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[kept:]
         self._ctx = list(target_ids)
         self._extend(self._cuts[k])
-        self.counts.ctx_calls += 1
-        self.counts.ctx_draft_kept += kept
-        self.counts.ctx_draft_new += len(self._draft) - kept
+        self._main_next = True
+        c = self.counts
+        c.ctx_calls += 1
+        c.ctx_draft_kept += kept
+        c.ctx_draft_new += len(self._draft) - kept
         return list(self._draft)
 
     def to_target(self, draft_ids: list[int]) -> list[int]:
-        """Target ids for a proposal; sampling: one per draft id, greedy: re-tokenized."""
-        out, used = (self._retokenize(draft_ids) if self.greedy else
-                     self._twins(draft_ids))
-        self.counts.proposals += 1
-        self.counts.draft_in += len(draft_ids)
-        self.counts.draft_used += used[len(out)] if out else 0
-        self.counts.target_out += len(out)
-        self._pending = (len(self._ctx), out, used)
+        """Target ids for draft ids. Sampling: one per draft id. Greedy: the text
+        re-tokenized, never more target ids than draft ids, at least one when given any.
+        The first call after to_draft is the proposal the stats follow."""
+        out, used = self._retokenize(draft_ids) if self.greedy else self._twins(draft_ids)
+        if not out and draft_ids:  # e.g. half a character: how the target would start it
+            out, used = self._first_guess(draft_ids[0]), [0, 1]
+        c = self.counts
+        if self._main_next:
+            self._main_next = False
+            c.proposals += 1
+            c.draft_in += len(draft_ids)
+            c.draft_used += used[len(out)]
+            c.target_out += len(out)
+            self._pending = (len(self._ctx), out, used)
+        else:
+            c.extra_translations += 1
         return out
 
     def q_to_target(self, q: np.ndarray) -> np.ndarray:
@@ -284,16 +292,16 @@ class MappedVocab:
         return out
 
     def stats(self) -> dict:
-        """Counters since the last call (one generation), and the load-time coverage."""
+        """Counters since the last call (one generation), with the vocabularies' overlap."""
         s = self.counts.to_dict()
-        s.update(same_tokenizer=False, draft_size=self.draft_size, target_size=self.target_size,
-                 shared_tokens=int(self.sample_mask.sum()))
+        s.update(same_tokenizer=False, draft_size=self.draft_size,
+                 target_size=self.target_size, shared_tokens=int(len(self._src)))
         self.counts = _Counts()
         return s
 
     # -- target -> draft (the context) ------------------------------------------------------
     def _extend(self, start: int) -> None:
-        """Chunk and translate self._ctx from `start` (a chunk start) to the end."""
+        """Cut self._ctx into chunks from `start` (a chunk start) on and translate them."""
         ctx, pieces, ctrl = self._ctx, self.map.target.pieces, self.map.target.control
         i = start
         while i < len(ctx):
@@ -327,13 +335,12 @@ class MappedVocab:
 
     def _draft_ids(self, data: bytes) -> list[int]:
         """Any bytes -> draft ids: text through the tokenizer, stray bytes one by one."""
-        out = []
+        out, byte_id = [], self.map.draft.byte_id
         for k, part in enumerate(_ESCAPED.split(data.decode("utf-8", "surrogateescape"))):
             if k % 2 == 0:
                 out += self.draft_tok(part) if part else []
             else:
-                out += [self.map.draft.byte_id[ord(c) - 0xDC00] for c in part
-                        if ord(c) - 0xDC00 in self.map.draft.byte_id]
+                out += [byte_id[b] for b in _unescape(part) if b in byte_id]
         return out
 
     # -- draft -> target (the proposal) ------------------------------------------------------
@@ -347,72 +354,76 @@ class MappedVocab:
             out.append(t)
         return out, list(range(len(out) + 1))
 
+    def _first_guess(self, d: int) -> list[int]:
+        t = int(self.map.d2t[d])
+        if t < 0 and self.map.draft.pieces[d]:
+            t = self.map.target.byte_id.get(self.map.draft.pieces[d][0], -1)
+        return [t] if t >= 0 else []
+
     def _retokenize(self, draft_ids: list[int]) -> tuple[list[int], list[int]]:
-        """Greedy: re-tokenize the proposal's text with the target tokenizer. Returns the
-        target ids and, for each prefix of them, how many draft ids it covers. Stops at a
-        draft control token with no target counterpart and before an unfinished character;
-        the last target token is dropped when the text could still extend it."""
-        run: list[int] = []
-        out, used = [], [0]
+        """Greedy: the proposal's text re-tokenized by the target. Returns the target ids and,
+        for each prefix of them, how many draft ids it covers. Stops at a draft control
+        token with no counterpart, and before a character the draft has not finished."""
+        out, used, run = [], [0], []
         for n, d in enumerate(draft_ids):
-            if d in self.map.draft.control:
-                self._flush(run, n, out, used, final=False)
-                run = []
-                t = self.map.control_d2t.get(d)
-                if t is None:
-                    return _capped(out, used, len(draft_ids))
-                out.append(t)
-                used.append(n + 1)
-            else:
+            if d not in self.map.draft.control:
                 run.append(d)
+                continue
+            self._flush(run, n, out, used, final=False)
+            run = []
+            t = self.map.control_d2t.get(d)
+            if t is None:
+                return _capped(out, used, len(draft_ids))
+            out.append(t)
+            used.append(n + 1)
         self._flush(run, len(draft_ids), out, used, final=True)
         return _capped(out, used, len(draft_ids))
 
     def _flush(self, run: list[int], end: int, out: list, used: list, final: bool) -> None:
+        """Append the target ids for the text of draft ids `run` (which end at `end`)."""
         if not run:
             return
-        pieces = self.map.draft.pieces
-        ends, pos = [], 0
+        pieces, ends, pos = self.map.draft.pieces, [], 0
         for d in run:
             pos += len(pieces[d])
             ends.append(pos)
-        data = b"".join(pieces[d] for d in run)
-        start = end - len(run)
-        pos = 0
-        for t, size in self._target_ids(data, final):
+        start, pos = end - len(run), 0
+        for t, size in self._target_ids(b"".join(pieces[d] for d in run), final):
             pos += size
             out.append(t)
             used.append(start + _count_below(ends, pos + 1))
 
     def _target_ids(self, data: bytes, final: bool) -> list[tuple[int, int]]:
-        """(target id, byte length) for bytes; an unfinished UTF-8 tail is left out."""
-        text = data.decode("utf-8", "surrogateescape")
-        parts = _ESCAPED.split(text)
+        """(target id, byte length) for bytes, stray bytes as byte-fallback ids; the start
+        of a character at the very end is left out (the next draft token may finish it)."""
+        parts = _ESCAPED.split(data.decode("utf-8", "surrogateescape"))
         if final and len(parts) > 1 and not parts[-1]:
-            parts = parts[:-2] + [_unfinished_keep(parts[-2])] + [""]
-        out, tpieces = [], self.map.target.pieces
+            parts[-2] = _drop_unfinished(parts[-2])
+        out, target = [], self.map.target
         for k, part in enumerate(parts):
             if not part:
                 continue
             if k % 2 == 0:
-                out += [(t, len(tpieces[t])) for t in self.target_tok(part)]
-            else:
-                for c in part:
-                    t = self.map.target.byte_id.get(ord(c) - 0xDC00)
-                    if t is None:
+                for t in self.target_tok(part):
+                    if not target.text_id(t):  # <unk> or a special: stop there
                         return out
-                    out.append((t, 1))
+                    out.append((t, len(target.pieces[t])))
+                continue
+            for b in _unescape(part):
+                if b not in target.byte_id:
+                    return out
+                out.append((target.byte_id[b], 1))
         return out
 
     # -- stats ----------------------------------------------------------------------------
-    def _settle(self, ctx: list[int]) -> None:
-        """The proposal before this context: how much of it the context kept (exact for
-        sps; for duo the next context may still hold unverified draft tokens)."""
+    def _settle(self, ctx: list[int], lcp: int) -> None:
+        """How much of the last proposal the next context kept: exact for sps; for duo the
+        next context may still hold draft tokens that are not verified yet."""
         if self._pending is None:
             return
         n_ctx, out, used = self._pending
         self._pending = None
-        if len(ctx) < n_ctx or _common_prefix(self._ctx, ctx) < n_ctx:
+        if lcp < n_ctx:
             return
         a = _common_prefix(out, ctx[n_ctx:])
         self.counts.settled_target += a
@@ -422,24 +433,27 @@ class MappedVocab:
 @dataclass
 class _Counts:
     proposals: int = 0
-    draft_in: int = 0  # draft tokens handed to to_target
+    draft_in: int = 0  # draft tokens handed over for translation
     draft_used: int = 0  # of those, covered by the target tokens returned
     target_out: int = 0  # target tokens returned
-    settled_draft: int = 0  # draft tokens of the proposals that the next context kept
+    settled_draft: int = 0  # draft tokens of proposals that the next context kept
     settled_target: int = 0  # ... and the target tokens they became
+    extra_translations: int = 0  # other to_target calls (branches, first-token ranks)
     ctx_calls: int = 0
     ctx_draft_kept: int = 0  # draft context ids reused from the previous call
     ctx_draft_new: int = 0  # draft context ids translated again
-    ctx_chunks_translated: int = 0
+    ctx_chunks_translated: int = 0  # chunk translations not found in the cache
     ctx_target_translated: int = 0
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        d["target_per_draft"] = round(self.target_out / self.draft_used, 3) \
-            if self.draft_used else 0.0
-        d["target_per_accepted_draft"] = round(self.settled_target / self.settled_draft, 3) \
-            if self.settled_draft else 0.0
+        d["target_per_draft"] = _ratio(self.target_out, self.draft_used)
+        d["target_per_accepted_draft"] = _ratio(self.settled_target, self.settled_draft)
         return d
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b, 3) if b else 0.0
 
 
 def _cut_before(prev: bytes, cur: bytes) -> bool:
@@ -452,10 +466,14 @@ def _cut_before(prev: bytes, cur: bytes) -> bool:
     return prev[-1] == 0x0A and cur[0] not in WS
 
 
-def _unfinished_keep(escaped: str) -> str:
-    """Stray bytes at the very end: drop a trailing start of a UTF-8 character that is not
-    complete yet (the next draft token may finish it); keep the rest."""
-    raw = bytes(ord(c) - 0xDC00 for c in escaped)
+def _unescape(part: str) -> bytes:
+    return bytes(ord(c) - 0xDC00 for c in part)
+
+
+def _drop_unfinished(part: str) -> str:
+    """Stray bytes at the very end: drop the start of a UTF-8 character that is not
+    complete yet, keep the rest (continuation bytes finish a character the context began)."""
+    raw = _unescape(part)
     for back in range(1, min(4, len(raw)) + 1):
         lead = raw[-back]
         need = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else \
@@ -466,7 +484,7 @@ def _unfinished_keep(escaped: str) -> str:
             break
         if lead >> 6 != 0b10:
             break
-    return raw.decode("latin-1").translate({i: 0xDC00 + i for i in range(256)})
+    return "".join(chr(0xDC00 + b) for b in raw)
 
 
 def _capped(out: list[int], used: list[int], n: int) -> tuple[list[int], list[int]]:
@@ -476,14 +494,7 @@ def _capped(out: list[int], used: list[int], n: int) -> tuple[list[int], list[in
 
 def _count_below(sorted_vals: list[int], limit: int) -> int:
     """How many of the sorted values are < limit."""
-    lo, hi = 0, len(sorted_vals)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sorted_vals[mid] < limit:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return bisect_left(sorted_vals, limit)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
