@@ -45,7 +45,7 @@ class LlamaDrafter:
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
                 rng_at: Callable[[int], np.random.Generator],
                 stop: threading.Event | None = None) -> Draft:
-        ids = self.vocab.to_draft(context)
+        ids = self.vocab.to_draft(context, greedy=sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()
         logits = self._sync(ids)
