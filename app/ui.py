@@ -9,8 +9,8 @@ import gradio as gr
 
 from app import charts
 from app.host import ModelHost, pair_choices
-from app.view import (SOURCE_COLORS, Settings, Trace, compare_table, final_panel, live_panel,
-                      placement_line)
+from app.view import (SOURCE_COLORS, Settings, Trace, compare_table, final_panel, jsonable,
+                      live_panel, placement_line)
 from core.engine import METHODS
 from models.catalog import PairError, get_pair
 
@@ -105,7 +105,9 @@ class App:
                     yield (gr.skip(), shown, trace.segments(), live_panel(trace, cfg.method),
                            *skip4, f"generating with `{cfg.method}` …")
         stats = trace.stats or {}
-        yield (gr.skip(), shown, trace.segments(), final_panel(stats), stats,
+        if not trace.text:
+            shown[-1]["content"] = f"*(no text: the model stopped at once — {stats.get('stop_reason')})*"
+        yield (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
                charts.timeline(stats), charts.accept_histogram(stats),
                charts.rate_over_time(trace.points, cfg.method),
                f"done: {stats.get('new_tokens', 0)} tokens with `{cfg.method}` at "

@@ -86,6 +86,17 @@ class Trace:
         return out
 
 
+def jsonable(obj):
+    """Stats as JSON can show them: keys become strings, tuples lists, numpy scalars numbers."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        return obj.item()
+    return obj
+
+
 def live_panel(trace: Trace, method: str) -> str:
     """Display numbers only (elapsed, tokens so far); the final numbers come from the stats."""
     n, t = len(trace.ids), trace.elapsed

@@ -1,0 +1,159 @@
+"""The app on the embedded pair, started as `python app/main.py` on a free port: the page is up
+while models load, a gradio_client chat call gets text and stats, a cancelled generation leaves
+the app usable, concurrent requests queue and all finish, and Compare shows greedy texts equal."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENS = 24  # keep generations short
+
+# chat inputs after (prompt, history): pair, raw, method, max new tokens, temperature, top-p,
+# top-k, seed, gamma mode, gamma, multi-seq, max seqs, threshold scale
+def chat_args(prompt, method="duo", tokens=TOKENS, raw=False, history=None):
+    return (prompt, history or [], "smol-self", raw, method, tokens, 0.0, 1.0, 0, 0, "auto", 5,
+            True, 4, 1.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_app(log_path: Path, timeout_s: float = 180.0):
+    """Start the app in a subprocess; yield (url, seconds until the page answered)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    log = open(log_path, "w")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "app/main.py", "--port", str(port)], cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while not _up(url):
+            if proc.poll() is not None:
+                raise RuntimeError(f"app exited with {proc.returncode}: {log_path.read_text()}")
+            if time.perf_counter() - t0 > timeout_s:
+                raise TimeoutError(f"app did not come up: {log_path.read_text()}")
+            time.sleep(0.2)
+        yield url, time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    with running_app(tmp_path_factory.mktemp("app") / "app.log") as (url, up_s):
+        from gradio_client import Client
+
+        client = Client(url, verbose=False)
+        first_status = client.predict(api_name="/status")[0]
+        yield {"url": url, "client": client, "up_s": up_s, "first_status": first_status}
+
+
+def answer_of(result) -> tuple[str, dict, str]:
+    """(assistant text, stats, status line) from a /chat result."""
+    history, stats, status = result[1], result[4], result[8]
+    content = history[-1]["content"]
+    text = "".join(p.get("text", "") for p in content) if isinstance(content, list) else content
+    assert history[-1]["role"] == "assistant"
+    return text, stats, status
+
+
+def test_page_is_up_while_loading(app):
+    assert app["first_status"].startswith(("**Loading", "**Ready")), app["first_status"]
+    assert _up(app["url"])
+
+
+def test_chat_returns_text_and_stats(app):
+    text, stats, status = answer_of(app["client"].predict(*chat_args("Name three colors."),
+                                                          api_name="/chat"))
+    assert text.strip()
+    assert stats["method"] == "duo"
+    assert 0 < stats["new_tokens"] <= TOKENS
+    assert stats["tokens_per_s"] > 0 and stats["rounds_log"]
+    assert status.startswith("done:")
+
+
+def test_multi_turn_keeps_history(app):
+    client = app["client"]
+    history = client.predict(*chat_args("My name is Ada."), api_name="/chat")[1]
+    result = client.predict(*chat_args("What is my name?", history=history), api_name="/chat")
+    assert len(result[1]) == 4
+    assert answer_of(result)[0].strip()
+
+
+def _streamed_text(job) -> str:
+    """The assistant text of the job's latest streamed chat value ('' before any)."""
+    for out in reversed(job.outputs()):
+        history = out[1]
+        if isinstance(history, list) and history and history[-1]["role"] == "assistant":
+            return "".join(p.get("text", "") for p in history[-1]["content"])
+    return ""
+
+
+def test_cancel_leaves_app_usable(app):
+    from gradio_client.utils import Status
+
+    client = app["client"]
+    job = client.submit(*chat_args("Tell me a long story about a dragon.", tokens=1000),
+                        api_name="/chat")
+    t0 = time.perf_counter()
+    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
+        time.sleep(0.05)
+    assert _streamed_text(job)  # it is streaming
+    job.cancel()
+    while not job.done() and time.perf_counter() - t0 < 120:
+        time.sleep(0.05)
+    assert job.status().code == Status.CANCELLED
+    text, stats, _ = answer_of(client.predict(*chat_args("Say hello."), api_name="/chat"))
+    assert text.strip() and stats["new_tokens"] <= TOKENS
+
+
+def test_concurrent_requests_queue_and_finish(app):
+    from gradio_client import Client
+
+    clients = [Client(app["url"], verbose=False) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(c.predict, *chat_args(f"Count to {n}.", tokens=16),
+                               api_name="/chat") for n, c in zip((3, 5), clients)]
+        results = [answer_of(f.result(timeout=120)) for f in futures]
+    assert all(text.strip() and stats["new_tokens"] <= 16 for text, stats, _ in results)
+
+
+def test_empty_prompt_is_refused_politely(app):
+    result = app["client"].predict(*chat_args("   "), api_name="/chat")
+    assert result[8] == "Type a prompt first."
+
+
+def test_compare_greedy_texts_identical(app):
+    table, vanilla, sps, duo = app["client"].predict(*chat_args("Name a fruit.", tokens=16),
+                                                     api_name="/compare")
+    assert vanilla and vanilla == sps == duo
+    assert "all texts are identical" in table
+    for method in ("vanilla", "sps", "duo"):
+        assert f"| {method} |" in table
