@@ -19,8 +19,26 @@ class Draft:
     sync_s: float = 0.0  # of which catching up with the context (prefill, rollback)
     span: tuple[float, float] = (0.0, 0.0)  # perf_counter start/end
 
+    alternatives: list["Draft"] = field(default_factory=list)  # other first tokens
+    first_ranking: list[int] = field(default_factory=list)  # draft's top first tokens
+
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def n_seqs(self) -> int:
+        return 1 + len(self.alternatives)
+
+    def branch_for(self, first: int) -> "Draft | None":
+        """The sequence that starts with `first` (the target's own token), if any."""
+        for d in [self] + self.alternatives:
+            if d.tokens[:1] == [first]:
+                return d
+        return None
+
+    def rank_of(self, token: int) -> int:
+        """1-based rank of `token` among the draft's first-position candidates; 0 if absent."""
+        return self.first_ranking.index(token) + 1 if token in self.first_ranking else 0
 
     def tail(self, start: int) -> "Draft":
         q = None if self.q_draft is None else self.q_draft[start:]

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 
 
 from core.backends import Draft, Drafter, Target
+from core.branching import BranchPolicy
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats, RoundRecord
 from core.output import Event, Output
@@ -167,6 +168,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
+    branching = _branch_policy(run.cfg, budget)
     draft, dropped = Draft(), []
     try:
         if run.cfg.prefill_threads:  # cores are shared: the prefill first, with all of them
@@ -176,7 +178,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 return
         while True:
             start = time.perf_counter()
-            job = worker.submit(run.ctx + draft.tokens, run.draft_room(budget.gamma + 1))
+            job = worker.submit(run.ctx + draft.tokens, run.draft_room(budget.gamma + 1),
+                                branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
             if ev.done or not verdict.bonus(len(draft)):
@@ -188,16 +191,33 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             else:
                 chunk = job.result()
                 run.stats.draft_busy_s += chunk.busy_s
-                match = chunk.tokens[:1] == [verdict.token]
+                branch = chunk.branch_for(verdict.token)
                 rec = _record(run, start, chunk.span, vspan, len(draft), verdict.accepted)
-                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + match, chunk)
-                draft = chunk.tail(1) if match else Draft()
+                rec.seqs = chunk.n_seqs
+                _count_seqs(run.stats, chunk, verdict.token)
+                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + bool(branch), chunk)
+                draft = branch.tail(1) if branch else Draft()
             yield ev
             if ev.done:
                 return
     finally:
         worker.close()
         _settle_dropped(run, dropped)
+
+
+def _branch_policy(cfg: GenConfig, budget: DraftBudget) -> BranchPolicy | None:
+    if not (cfg.multi_seq or cfg.static_k):
+        return None
+    return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
+                        budget.profile.draft_step_s)
+
+
+def _count_seqs(stats: GenerationStats, chunk: Draft, target_token: int) -> None:
+    """Sequences per round (Figure 5) and sequences vs the target token's draft rank (Table 4)."""
+    stats.seq_hist[chunk.n_seqs] += 1
+    row = stats.seq_confusion.setdefault(str(chunk.n_seqs), {})
+    rank = str(chunk.rank_of(target_token) or "other")
+    row[rank] = row.get(rank, 0) + 1
 
 
 def _prefill_alone(run: Run, budget: DraftBudget) -> Event:

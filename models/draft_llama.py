@@ -13,6 +13,7 @@ from llama_cpp import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
 from core.backends import Draft
+from core.branching import TOP_RANKS, BranchPolicy, softmax
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
 set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
@@ -39,28 +40,99 @@ class LlamaDrafter:
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
+        self.branches: dict[int, list[int]] = {}  # seq id -> its draft ids after branch_base
+        self.branch_base = 0
         self.vocab = None  # set by the loader (IdentityVocab or a translating map)
 
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
                 rng_at: Callable[[int], np.random.Generator],
-                stop: threading.Event | None = None) -> Draft:
+                stop: threading.Event | None = None,
+                branching: BranchPolicy | None = None) -> Draft:
         ids = self.vocab.to_draft(context, greedy=sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()
         logits = self._sync(ids)
         sync_s = time.perf_counter() - t0
-        out, rows = [], []
+
+        def pick(row, i):
+            return self._choose(row, sampling, rng_at, len(context) + i)
+        if branching is None or n < 2:
+            seqs, rows, ranking = [[]], [[]], []
+            self._extend(logits, n, pick, stop, seqs[0], rows[0])
+        else:
+            seqs, rows, ranking = self._branched(logits, n, pick, stop, branching)
+        drafts = [self._draft(t, r, sampling) for t, r in zip(seqs, rows)]
+        main = drafts[0]
+        main.sync_s, main.alternatives = sync_s, drafts[1:]
+        main.first_ranking = [self.vocab.to_target([t])[0] for t in ranking]
+        return main
+
+    def _draft(self, toks: list[int], rows: list, sampling: SamplingConfig) -> Draft:
+        q = None if sampling.greedy or not rows else self.vocab.q_to_target(np.stack(rows))
+        return Draft(self.vocab.to_target(toks), q)
+
+    def _extend(self, logits, n, pick, stop, out, rows) -> None:
+        """Draft sequence 0 up to n tokens, one decode per token (the last one undecoded)."""
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
-            tok, q = self._choose(logits, sampling, rng_at, len(context) + i)
+            tok, q = pick(logits, i)
             out.append(tok)
             rows.append(q)
             if i + 1 < n:
-                logits = self._decode_one(tok)
-        q_draft = None if sampling.greedy or not rows else self.vocab.q_to_target(np.stack(rows))
-        return Draft(self.vocab.to_target(out), q_draft, sync_s=sync_s)
+                logits = self._decode_batch([(tok, 0)])[0]
+
+    def _branched(self, logits, n, pick, stop, branching):
+        """Dynamic multi-sequence drafting: decide the sequences from theta, then draft them
+        all with one batched decode per step (sequence ids share the prefix's KV cache)."""
+        first, q0 = pick(logits, 0)
+        p_first = q0 if q0 is not None else self._masked_softmax(logits)
+        ranking = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS] if p_first[t] > 0]
+        logits2 = self._decode_batch([(first, 0)])[0]
+        extra = branching.extra_firsts(p_first, float(softmax(logits2).max()), first)
+        steps = branching.steps(n, 1 + len(extra))
+        seqs, rows = [[first]] + [[c] for c in extra], [[q0]] + [[q0] for _ in extra]
+        self._fork(len(extra))
+        ready = {0: logits2}
+        todo = [(c, j) for j, c in enumerate(extra, 1)] if steps > 1 else []
+        while todo or ready:
+            for s, row in ready.items():
+                if len(seqs[s]) < steps and not (stop is not None and stop.is_set()):
+                    tok, q = pick(row, len(seqs[s]))
+                    seqs[s].append(tok)
+                    rows[s].append(q)
+                    if len(seqs[s]) < steps:
+                        todo.append((tok, s))
+            ready = dict(zip([s for _, s in todo], self._decode_batch(todo))) if todo else {}
+            todo = []
+        return seqs, rows, ranking
+
+    def _fork(self, n_extra: int) -> None:
+        """Sequences 1..n_extra share the prefix (all but seq 0's first draft token)."""
+        base = len(self.tokens) - 1
+        self.branch_base, self.branches = base, {}
+        for j in range(1, n_extra + 1):
+            C.llama_memory_seq_cp(self.ctx.memory, 0, j, 0, base)
+            self.branches[j] = []
+
+    def _settle_branches(self, ids: list[int]) -> None:
+        """Drop every branch but sequence 0; when another branch matches the new context
+        better, sequence 0 is cut back to the fork and _sync re-evaluates the winner's tokens
+        in one batched decode (copying a branch's cells into sequence 0 with seq_cp gave
+        wrong logits afterwards in llama.cpp 0.3.36's unified cache)."""
+        base = self.branch_base
+        better = any(_common_prefix(self.tokens[:base] + toks, ids) >
+                     _common_prefix(self.tokens, ids) for toks in self.branches.values())
+        C.llama_memory_seq_keep(self.ctx.memory, 0)
+        self.branches = {}
+        if better:
+            self.rollback(base)
+
+    def _masked_softmax(self, logits: np.ndarray) -> np.ndarray:
+        if self.vocab.draft_mask is not None:
+            logits = np.where(self.vocab.draft_mask, logits, -np.inf)
+        return softmax(logits)
 
     def rollback(self, n_keep: int) -> None:
         if n_keep < len(self.tokens):
@@ -84,29 +156,41 @@ class LlamaDrafter:
         logits after the last id."""
         if not ids:
             raise ValueError("the draft needs a non-empty context")
+        if self.branches:
+            self._settle_branches(ids)
         lcp = _common_prefix(self.tokens, ids)
         self.rollback(min(lcp, len(ids) - 1))
         rest = ids[len(self.tokens):]
         for start in range(0, len(rest), self.n_batch):
             chunk = rest[start:start + self.n_batch]
-            self._fill(chunk, len(self.tokens))
+            self._fill([(t, 0) for t in chunk], last_only=True)
             self._run()
             self.tokens.extend(chunk)
         return self._logits(self.batch.n_tokens - 1)
 
-    def _decode_one(self, tok: int) -> np.ndarray:
-        self._fill([tok], len(self.tokens))
+    def _decode_batch(self, entries: list[tuple[int, int]]) -> list[np.ndarray]:
+        """One decode of (token, sequence) entries, each at the next position of its
+        sequence; returns the logits after each."""
+        self._fill(entries, last_only=False)
         self._run()
-        self.tokens.append(tok)
-        return self._logits(0)
+        for tok, seq in entries:
+            (self.tokens if seq == 0 else self.branches[seq]).append(tok)
+        return [self._logits(i) for i in range(len(entries))]
 
-    def _fill(self, toks: list[int], pos0: int, seq: int = 0) -> None:
-        b = self.batch
-        b.n_tokens = len(toks)
-        for i, t in enumerate(toks):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, pos0 + i, 1, False
+    def _fill(self, entries: list[tuple[int, int]], last_only: bool) -> None:
+        b, pos = self.batch, {}
+        b.n_tokens = len(entries)
+        for i, (tok, seq) in enumerate(entries):
+            p = pos.get(seq, self._next_pos(seq))
+            pos[seq] = p + 1
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, p, 1, not last_only
             b.seq_id[i][0] = seq
-        b.logits[len(toks) - 1] = True
+        b.logits[len(entries) - 1] = True
+
+    def _next_pos(self, seq: int) -> int:
+        if seq == 0:
+            return len(self.tokens)
+        return self.branch_base + len(self.branches[seq])
 
     def _run(self) -> None:
         rc = C.llama_decode(self.ctx.ctx, self.batch)

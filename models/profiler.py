@@ -9,11 +9,13 @@ import time
 
 import numpy as np
 
+from core.branching import BranchPolicy
 from core.budget import MAX_GAMMA, Profile
-from core.sampling import SamplingConfig
+from core.sampling import PositionRng, SamplingConfig
 from models.convert import cache_root
 
 GREEDY = SamplingConfig()
+MAX_SEQS = 4
 
 
 def machine_key() -> str:
@@ -31,7 +33,7 @@ def machine_key() -> str:
 def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
     path = cache_root() / "profiles.json"
-    key = f"{machine_key()}|{pair_name}|{target.device}|draft{threads[0]}|target{threads[1]}"
+    key = f"v2|{machine_key()}|{pair_name}|{target.device}|draft{threads[0]}|target{threads[1]}"
     known = json.loads(path.read_text()) if path.exists() else {}
     if key in known and not remeasure:
         return Profile.from_dict(known[key])
@@ -47,13 +49,29 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
 def measure(drafter, target, context_len: int = 64, repeats: int = 3) -> Profile:
     ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
     draft_s = draft_time(drafter, ctx, 16, repeats) / 16
+    steps = {1: draft_s} | {k: step_time(drafter, ctx, k, repeats) for k in range(2, MAX_SEQS + 1)}
     verify = [verify_time(target, ctx, n, repeats) for n in range(1, MAX_GAMMA + 1)]
-    return Profile(draft_token_s=draft_s, verify_s=verify, device=target.device)
+    return Profile(draft_token_s=draft_s, verify_s=verify, draft_step_s=steps,
+                   device=target.device)
+
+
+def step_time(drafter, ctx: list[int], k: int, repeats: int = 3, n: int = 12) -> float:
+    """Median time of one batched draft step over k sequences."""
+    policy = BranchPolicy(max_seqs=k, static_k=k)
+    steps = policy.steps(n, k)
+    rng = PositionRng(0, 1)
+    times = []
+    for _ in range(repeats + 1):
+        drafter.propose(ctx, 1, GREEDY, rng)
+        t0 = time.perf_counter()
+        drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng, branching=policy)
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times[1:])
 
 
 def draft_time(drafter, ctx: list[int], n: int, repeats: int = 3) -> float:
     """Median time to draft n tokens after ctx (the prefill is done before the clock)."""
-    rng = np.random.default_rng(0)
+    rng = PositionRng(0, 1)
     times = []
     for _ in range(repeats + 1):  # the first is warm-up
         drafter.propose(ctx, 1, GREEDY, rng)

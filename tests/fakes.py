@@ -54,25 +54,46 @@ class FakeDrafter:
         self.Q, self.delay, self.script = Q, delay, script
         self.tokens: list[int] = []
         self.calls: list[tuple[int, int]] = []
+        self.branch_counts: list[int] = []
 
-    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, **_):
+    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, branching=None):
         self.calls.append((len(context), n))
-        self.tokens = list(context)
-        out, rows = [], []
+        main = self._sequence(list(context), [], n, sampling, rng_at, stop)
+        if branching is None or n < 2 or not main.tokens:
+            return main
+        p_first = self._q(context[-1], sampling)
+        p_first = p_first if not sampling.greedy else self._q(context[-1], SamplingConfig(1.0))
+        p2 = self._q(main.tokens[0], SamplingConfig(1.0)).max()
+        firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0])
+        steps = branching.steps(n, 1 + len(firsts))
+        main = self._sequence(list(context), [], steps, sampling, rng_at, stop)
+        main.alternatives = [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
+                             for f in firsts]
+        main.first_ranking = [int(t) for t in np.argsort(-p_first)[:8]]
+        self.branch_counts.append(main.n_seqs)
+        return main
+
+    def _q(self, last, sampling):
+        return logits_to_probs(np.log(self.Q[last] + 1e-30), sampling)
+
+    def _sequence(self, context, forced, n, sampling, rng_at, stop) -> Draft:
+        tokens, out, rows = context, [], []
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
             if self.delay:
                 time.sleep(self.delay)
-            q = logits_to_probs(np.log(self.Q[self.tokens[-1]] + 1e-30), sampling)
-            tok = self.script(self.tokens) if self.script else None
-            if tok is None:
-                tok = int(np.argmax(q)) if sampling.greedy else sample(q, rng_at(len(context) + i))
+            q = self._q(tokens[-1], sampling)
+            tok = forced[i] if i < len(forced) else (self.script(tokens) if self.script else None)
+            if tok is None and sampling.greedy:
+                tok = int(np.argmax(q))
+            elif tok is None:
+                tok = sample(q, rng_at(len(context) + i))
             out.append(tok)
             rows.append(q)
-            self.tokens.append(tok)
-        q_draft = None if sampling.greedy or not rows else np.stack(rows)
-        return Draft(out, q_draft)
+            tokens = tokens + [tok]
+        self.tokens = tokens
+        return Draft(out, None if sampling.greedy or not rows else np.stack(rows))
 
     def rollback(self, n_keep):
         del self.tokens[n_keep:]

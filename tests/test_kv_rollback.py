@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.sampling import SamplingConfig
+from core.sampling import PositionRng, SamplingConfig
 
 GREEDY = SamplingConfig()
 
@@ -25,7 +25,7 @@ def test_target_rollback_matches_fresh(smol_pair):
 
 def test_drafter_rollback_matches_fresh(smol_pair):
     d = smol_pair.drafter
-    rng = np.random.default_rng(0)
+    rng = PositionRng(0, 1)
     ids = smol_pair.prompt_ids("Write a sentence about rivers.")
     first = d.propose(ids, 12, GREEDY, rng)
     d.propose(ids + [500, 600, 700], 5, GREEDY, rng)  # a wrong branch, then back
@@ -38,7 +38,7 @@ def test_drafter_rollback_matches_fresh(smol_pair):
 
 def test_drafter_returns_draft_probabilities(smol_pair):
     d = smol_pair.drafter
-    rng = np.random.default_rng(0)
+    rng = PositionRng(0, 1)
     ids = smol_pair.prompt_ids("Hello")
     dr = d.propose(ids, 4, SamplingConfig(0.8, top_k=20), rng)
     assert dr.q_draft.shape == (4, smol_pair.target.vocab_size)

@@ -29,12 +29,13 @@ def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
 
 
 def sample_joint(method: str, sampling: SamplingConfig, gamma: int, P, Q, n=N_SAMPLES,
-                 sequential=False) -> tuple[dict, FakeDrafter]:
+                 sequential=False, **options) -> tuple[dict, FakeDrafter]:
     target, drafter = FakeTarget(P), FakeDrafter(Q)
     counts: dict = {}
+    options.setdefault("multi_seq", False)
     for seed in range(n):
         cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling, seed=seed,
-                        gamma=gamma, sequential=sequential)
+                        gamma=gamma, sequential=sequential, **options)
         toks = [t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile())
                 for t in ev.tokens]
         counts[tuple(toks)] = counts.get(tuple(toks), 0) + 1
@@ -86,3 +87,14 @@ def test_chi_square_detects_a_wrong_distribution():
     counts, _ = sample_joint("vanilla", sampling, None, Q_DRAFT, Q_DRAFT)
     with pytest.raises(AssertionError):
         assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+
+
+@pytest.mark.parametrize("options", [{"multi_seq": True, "theta_scale": 0.05, "max_seqs": 4},
+                                     {"static_k": 3}], ids=["dynamic", "static-k3"])
+def test_multi_sequence_drafting_stays_lossless(options):
+    """Several first-token candidates pass theta (a low theta scale, or a static k); the
+    sequence whose first token is the target's own continues."""
+    sampling = SamplingConfig(1.0)
+    counts, drafter = sample_joint("duo", sampling, 3, P_TARGET, Q_DRAFT, **options)
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+    assert sum(k > 1 for k in drafter.branch_counts) > len(drafter.branch_counts) // 2
