@@ -5,6 +5,7 @@ job inline when it is submitted, giving the same algorithm without overlap (test
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -13,6 +14,7 @@ from core.backends import Draft, Drafter
 from core.sampling import PositionRng, SamplingConfig
 
 DRAFT_STREAM = 1  # the verifier uses stream 0
+GIL_SWITCH_S = 0.0005
 
 
 class DraftJob:
@@ -33,6 +35,11 @@ class DraftWorker:
         self.drafter, self.sampling = drafter, sampling
         self.rng_at = PositionRng(seed, DRAFT_STREAM)
         self._pool = None if sequential else ThreadPoolExecutor(1, thread_name_prefix="draft")
+        # Both threads spend most time in C code that drops the GIL; with Python's default
+        # 5 ms switch interval a thread coming back from C can wait that long for the GIL.
+        self._switch = sys.getswitchinterval()
+        if self._pool is not None:
+            sys.setswitchinterval(GIL_SWITCH_S)
 
     def submit(self, context: list[int], n: int, **options) -> DraftJob:
         """Draft up to n tokens after `context` (copied now; the caller may change its list)."""
@@ -55,3 +62,4 @@ class DraftWorker:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+            sys.setswitchinterval(self._switch)
