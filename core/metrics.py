@@ -70,13 +70,17 @@ class GenerationStats:
         return sum(r.end - r.start for r in self.rounds_log)
 
     @property
+    def overlap_busy_s(self) -> float:
+        """Sum over rounds of max(draft, verify) time inside the round (a dropped chunk's
+        drafting that runs on into the next round counts there)."""
+        return sum(max(_inside(r.draft_span, r), _inside(r.verify_span, r))
+                   for r in self.rounds_log)
+
+    @property
     def overlap_efficiency(self) -> float:
-        """Sum over rounds of max(draft, verify) over total round wall time (1.0 = ideal)."""
+        """overlap_busy_s over total round wall time (1.0 = no side waits on the other)."""
         wall = self.round_wall_s
-        if wall <= 0:
-            return 0.0
-        busy = sum(max(_len(r.draft_span), _len(r.verify_span)) for r in self.rounds_log)
-        return min(1.0, busy / wall)
+        return min(1.0, self.overlap_busy_s / wall) if wall > 0 else 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -84,7 +88,8 @@ class GenerationStats:
         d.update(
             tokens_per_s=self.tokens_per_s, acceptance_rate=self.acceptance_rate,
             mean_accepted_per_round=self.mean_accepted_per_round,
-            overlap_efficiency=self.overlap_efficiency,
+            overlap_efficiency=self.overlap_efficiency, overlap_busy_s=self.overlap_busy_s,
+            round_wall_s=wall,
             draft_idle_s=max(0.0, wall - self.draft_busy_s) if self.drafted else 0.0,
             target_idle_s=max(0.0, wall - self.target_busy_s),
             rounds_log=[r.to_dict() for r in self.rounds_log],
@@ -94,5 +99,5 @@ class GenerationStats:
         return d
 
 
-def _len(span: tuple[float, float]) -> float:
-    return max(0.0, span[1] - span[0])
+def _inside(span: tuple[float, float], r: RoundRecord) -> float:
+    return max(0.0, min(span[1], r.end) - max(span[0], r.start))

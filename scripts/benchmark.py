@@ -130,13 +130,8 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
 
 
 def _overlap(runs: list[dict]) -> float:
-    busy = wall = 0.0
-    for r in runs:
-        for rd in r.get("rounds_log", []):
-            d, v = rd["draft_span"], rd["verify_span"]
-            busy += max(d[1] - d[0], v[1] - v[0])
-            wall += rd["end"] - rd["start"]
-    return min(1.0, busy / wall) if wall else 0.0
+    wall = sum(r.get("round_wall_s", 0.0) for r in runs)
+    return min(1.0, sum(r.get("overlap_busy_s", 0.0) for r in runs) / wall) if wall else 0.0
 
 
 def _merge(dicts) -> dict:
