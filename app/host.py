@@ -20,11 +20,22 @@ def real_pair(opts) -> PairFactory:
         pair = Pair(name, opts, progress=say)
         try:
             pair.ensure_profile("duo")
+            say("warming up (one short generation)")
+            _warm_up(pair)
         except BaseException:
             pair.close()
             raise
         return pair
     return load
+
+
+def _warm_up(pair) -> None:
+    """The first forward passes are slow (lazy init): take them before the first user does."""
+    from core.engine import GenConfig
+
+    ids = pair.prompt_ids("Hello", raw=not pair.spec.chat)
+    for _ in pair.generate(ids, GenConfig(method="duo", max_new_tokens=4)):
+        pass
 
 
 class ModelHost:
@@ -89,6 +100,13 @@ class ModelHost:
         return self.log[-1] if self.log else ""
 
     # -- running ------------------------------------------------------------------------
+    def wait_turn(self, poll_s: float = 0.2) -> Iterator[str]:
+        """Yield while another generation holds the pair (normally gradio's queue already
+        keeps requests apart; this covers a run that is still stopping)."""
+        while self._run.locked():
+            yield "waiting for the previous generation to finish"
+            time.sleep(poll_s)
+
     @contextmanager
     def running(self, name: str, timeout_s: float = 900.0):
         """Hold the pair for one generation; others wait here (gradio queues them first)."""

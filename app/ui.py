@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import closing
+from dataclasses import replace
 
 import gradio as gr
 
@@ -44,9 +45,38 @@ def clean_history(history) -> list[dict]:
     return out
 
 
+class Stops:
+    """Stop requests per browser session: a running generation of that session ends at its next
+    event and the request completes normally (so the page never misses the next click)."""
+
+    def __init__(self):
+        self._at: dict[str, float] = {}
+
+    def request(self, session: str) -> None:
+        self._at[session] = time.monotonic()
+
+    def since(self, session: str, t0: float) -> bool:
+        return self._at.get(session, float("-inf")) >= t0
+
+
+def _session(request) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+def _compare_prompt(message, history) -> tuple[str, list[dict]]:
+    """The typed prompt, or else the last question of the chat (with the turns before it)."""
+    message = (message or "").strip()
+    if not message and history and history[-1]["role"] == "assistant":
+        history = history[:-1]
+    if not message and history and history[-1]["role"] == "user":
+        message, history = history[-1]["content"], history[:-1]
+    return message, history
+
+
 class App:
     def __init__(self, host: ModelHost, default_pair: str):
         self.host, self.default_pair = host, default_pair
+        self.stops = Stops()
 
     # -- status ------------------------------------------------------------------------
     def status(self) -> str:
@@ -71,7 +101,8 @@ class App:
         return self.status(), self.placement(), gr.Timer(active=busy)
 
     # -- chat -----------------------------------------------------------------------------
-    def chat(self, message, history, pair_name, raw, *settings):
+    def chat(self, request: gr.Request, message, history, pair_name, raw, *settings):
+        t0, session = time.monotonic(), _session(request)
         message, history = (message or "").strip(), clean_history(history)
         if not message:
             yield gr.skip(), history, *[gr.skip()] * 6, "Type a prompt first."
@@ -81,70 +112,85 @@ class App:
         keep = [gr.skip()] * 6
         yield "", shown, *keep, self.status()
         try:
-            opts = Settings(*settings)
-            cfg = opts.gen_config()
-            for line in self.host.prepare(pair_name):
+            cfg = Settings(*settings).gen_config()
+            for line in self._wait(pair_name):
                 yield gr.skip(), gr.skip(), *keep, f"waiting for the model: {line}"
             prompt = message if raw else history + [{"role": "user", "content": message}]
-            yield from self._stream(prompt, raw, cfg, pair_name, shown)
+            yield from self._stream(prompt, raw, cfg, pair_name, shown,
+                                    lambda: self.stops.since(session, t0))
         except (PairError, ValueError, RuntimeError) as e:
             yield gr.skip(), shown[:-1], *keep, f"**error:** {e}"
 
-    def _stream(self, prompt, raw, cfg, pair_name, shown):
+    def _wait(self, pair_name):
+        yield from self.host.prepare(pair_name)
+        yield from self.host.wait_turn()
+
+    def _stream(self, prompt, raw, cfg, pair_name, shown, stopped):
+        skip4, last = [gr.skip()] * 4, 0.0
         with self.host.running(pair_name) as pair:
-            ids = pair.prompt_ids(prompt, raw=raw)
-            trace, last = Trace(pair.decode), 0.0
-            skip4 = [gr.skip()] * 4
-            with closing(pair.generate(ids, cfg)) as events:
+            trace = Trace(pair.decode)
+            with closing(pair.generate(pair.prompt_ids(prompt, raw=raw), cfg)) as events:
                 for ev in events:
                     trace.add(ev)
                     shown[-1]["content"] = trace.text
+                    if stopped():
+                        break
                     if ev.done or time.perf_counter() - last < STREAM_EVERY_S:
                         continue
                     last = time.perf_counter()
                     yield (gr.skip(), shown, trace.segments(), live_panel(trace, cfg.method),
                            *skip4, f"generating with `{cfg.method}` …")
-        stats = trace.stats or {}
+        if trace.stats is None:  # stopped: the chat keeps what was streamed, no final stats
+            yield (gr.skip(), gr.skip(), gr.skip(), live_panel(trace, cfg.method) + " · stopped",
+                   *skip4, f"stopped after {len(trace.ids)} tokens")
+            return
+        yield self._final(trace, cfg.method, shown)
+
+    def _final(self, trace, method, shown):
+        stats = trace.stats
         if not trace.text:
             shown[-1]["content"] = f"*(no text: the model stopped at once — {stats.get('stop_reason')})*"
-        yield (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
-               charts.timeline(stats), charts.accept_histogram(stats),
-               charts.rate_over_time(trace.points, cfg.method),
-               f"done: {stats.get('new_tokens', 0)} tokens with `{cfg.method}` at "
-               f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
+        return (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
+                charts.timeline(stats), charts.accept_histogram(stats),
+                charts.rate_over_time(trace.points, method),
+                f"done: {stats.get('new_tokens', 0)} tokens with `{method}` at "
+                f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
+
+    def stop(self, request: gr.Request):
+        self.stops.request(_session(request))
+        return "stopping …"
 
     # -- compare --------------------------------------------------------------------------
-    def compare(self, message, history, pair_name, raw, *settings):
-        history = clean_history(history)
-        message = (message or "").strip()
-        if not message and history and history[-1]["role"] == "assistant":
-            history = history[:-1]  # re-run the last question
-        if not message and history and history[-1]["role"] == "user":
-            message, history = history[-1]["content"], history[:-1]
+    def compare(self, request: gr.Request, message, history, pair_name, raw, *settings):
+        t0, session = time.monotonic(), _session(request)
+        message, history = _compare_prompt(message, clean_history(history))
         results = {m: {} for m in COMPARE}
         if not message:
             yield "Type a prompt (or chat first) to compare.", "", "", ""
             return
         try:
             cfg = Settings(*settings).gen_config()
-            for line in self.host.prepare(pair_name):
+            for line in self._wait(pair_name):
                 yield f"waiting for the model: {line}", "", "", ""
             prompt = message if raw else history + [{"role": "user", "content": message}]
-            yield from self._compare(prompt, raw, cfg, pair_name, results)
+            yield from self._compare(prompt, raw, cfg, pair_name, results,
+                                     lambda: self.stops.since(session, t0))
         except (PairError, ValueError, RuntimeError) as e:
             yield f"**error:** {e}", "", "", ""
 
-    def _compare(self, prompt, raw, base, pair_name, results):
-        from dataclasses import replace
-
-        greedy = base.sampling.greedy
+    def _compare(self, prompt, raw, base, pair_name, results, stopped):
+        greedy, last = base.sampling.greedy, 0.0
         with self.host.running(pair_name) as pair:
             ids = pair.prompt_ids(prompt, raw=raw)
             for method in COMPARE:
-                trace, last = Trace(pair.decode), 0.0
+                trace = Trace(pair.decode)
                 with closing(pair.generate(ids, replace(base, method=method))) as events:
                     for ev in events:
                         trace.add(ev)
+                        if stopped():
+                            results[method] = {"text": trace.text}
+                            yield self._compare_view(results, greedy, "**stopped**")
+                            return
                         if time.perf_counter() - last >= STREAM_EVERY_S and not ev.done:
                             last = time.perf_counter()
                             results[method] = {"text": trace.text}
@@ -169,8 +215,9 @@ class App:
         except PairError as e:
             yield f"**error:** {e}", self.placement(), gr.update(value=self.host.name), gr.skip()
 
-    def clear(self):
-        return [], None, "", None, None, None, None, "cleared"
+    def clear(self, request: gr.Request):
+        self.stops.request(_session(request))
+        return [], None, "*speed statistics appear here while generating*", None, None, None, None, "cleared"
 
 
 def build(app: App) -> gr.Blocks:
@@ -222,7 +269,8 @@ def _controls(app: App) -> dict:
         c["method"] = gr.Radio(list(METHODS), value="duo", label="method", elem_id="method")
         c["raw"] = gr.Checkbox(value=not _chat_pair(app.default_pair),
                                label="raw completion (no chat template, no history)")
-        c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="max new tokens")
+        c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="max new tokens",
+                                 elem_id="max-new")
         c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
         c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
         c["top_k"] = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
@@ -248,26 +296,19 @@ def _wire(app: App, demo: gr.Blocks, ui: dict) -> None:
     settings = [c[k] for k in ("method", "max_new", "temperature", "top_p", "top_k", "seed",
                                "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale")]
     inputs = [ui["prompt"], ui["chatbot"], c["pair"], c["raw"], *settings]
-    gen = gr.on([ui["prompt"].submit, ui["gen_btn"].click], app.chat, inputs,
-                [ui["prompt"], ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
-                 ui["timeline"], ui["hist"], ui["rate"], ui["status"]],
-                api_name="chat", concurrency_limit=1, concurrency_id=ENGINE,
-                show_progress="minimal")
-    cmp = ui["cmp_btn"].click(app.compare, inputs, [ui["cmp_md"], *ui["cmp_texts"]],
-                              api_name="compare", concurrency_limit=1, concurrency_id=ENGINE,
-                              show_progress="minimal")
-    switch = c["pair"].change(app.switch, [c["pair"]],
-                              [ui["status"], ui["placement"], c["pair"], c["raw"]],
-                              api_name="switch_pair", concurrency_limit=1, concurrency_id=ENGINE)
-    ui["stop_btn"].click(lambda: "stopped", None, ui["status"], cancels=[gen, cmp],
-                         queue=False, api_name="stop")
-    ui["clear_btn"].click(app.clear, None,
-                          [ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
-                           ui["timeline"], ui["hist"], ui["rate"], ui["status"]],
-                          cancels=[gen], queue=False, api_name="clear")
+    outputs = [ui["prompt"], ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
+               ui["timeline"], ui["hist"], ui["rate"], ui["status"]]
+    gr.on([ui["prompt"].submit, ui["gen_btn"].click], app.chat, inputs, outputs, api_name="chat",
+          concurrency_limit=1, concurrency_id=ENGINE, trigger_mode="always_last",
+          show_progress="minimal")
+    ui["cmp_btn"].click(app.compare, inputs, [ui["cmp_md"], *ui["cmp_texts"]], api_name="compare",
+                        concurrency_limit=1, concurrency_id=ENGINE, show_progress="minimal")
+    c["pair"].change(app.switch, [c["pair"]], [ui["status"], ui["placement"], c["pair"], c["raw"]],
+                     api_name="switch_pair", concurrency_limit=1, concurrency_id=ENGINE)
+    ui["stop_btn"].click(app.stop, None, ui["status"], queue=False, api_name="stop")
+    ui["clear_btn"].click(app.clear, None, outputs[1:], queue=False, api_name="clear")
     timer = gr.Timer(0.5)
     timer.tick(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
                api_name="status", concurrency_limit=None)
     demo.load(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
               api_visibility="private")
-    del switch

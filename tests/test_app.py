@@ -4,6 +4,7 @@ the app usable, concurrent requests queue and all finish, and Compare shows gree
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
@@ -132,6 +133,21 @@ def test_cancel_leaves_app_usable(app):
     assert job.status().code == Status.CANCELLED
     text, stats, _ = answer_of(client.predict(*chat_args("Say hello."), api_name="/chat"))
     assert text.strip() and stats["new_tokens"] <= TOKENS
+
+
+def test_stop_ends_the_running_answer(app):
+    client = app["client"]
+    job = client.submit(*chat_args("Tell me a long story about a knight.", tokens=1000),
+                        api_name="/chat")
+    t0 = time.perf_counter()
+    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
+        time.sleep(0.05)
+    assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
+    status = job.result(timeout=60)[8]
+    assert re.fullmatch(r"stopped after \d+ tokens", status), status
+    assert int(status.split()[2]) < 1000
+    text, _, _ = answer_of(client.predict(*chat_args("Say hi."), api_name="/chat"))
+    assert text.strip()
 
 
 def test_concurrent_requests_queue_and_finish(app):
