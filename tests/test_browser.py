@@ -91,7 +91,7 @@ def test_duo_answer_streams_with_speed_panel(page):
                   "overlap efficiency", "draft busy / idle", "target busy / idle"):
         assert field in speed
     assert "accepted draft" in page.inner_text("#sources")  # the legend of token sources
-    assert page.locator("#timeline img").count() == 1
+    page.locator("#timeline img").wait_for()  # the picture renders a moment after the panel
     assert shot(page, "browser_duo.png").stat().st_size > 10_000
 
 
