@@ -54,13 +54,15 @@ class ModelHost:
         self._run = threading.Lock()  # one generation or load at a time
 
     # -- loading ------------------------------------------------------------------------
-    def start_loading(self, name: str) -> None:
-        """Load `name` in a background thread (it waits for a running generation)."""
+    def start_loading(self, name: str) -> bool:
+        """Load `name` in a background thread unless a load is under way (False then); the
+        thread waits for a running generation before it swaps pairs."""
         with self._guard:
-            if self.loading == name or (self.name == name and self.state == "ready"):
-                return
+            if self.loading is not None:
+                return False
             self.loading, self.state, self.log = name, "loading", [f"loading pair '{name}'"]
         threading.Thread(target=self._load, args=(name,), daemon=True, name="pair-load").start()
+        return True
 
     def _load(self, name: str) -> None:
         t0 = time.perf_counter()
@@ -86,15 +88,17 @@ class ModelHost:
         self.log.append(line)
 
     def prepare(self, name: str, poll_s: float = 0.2) -> Iterator[str]:
-        """Yield progress lines until `name` is the loaded pair; PairError when it cannot be."""
-        if name in self.errors and self.loading != name:
-            raise PairError(self.errors[name])
-        self.start_loading(name)
-        while self.loading is not None:
+        """Yield progress lines until `name` is the loaded pair (after any load under way);
+        PairError when it cannot be used."""
+        while True:
+            if self.loading is None:
+                if self.name == name and self.pair is not None:
+                    return
+                if name in self.errors:
+                    raise PairError(self.errors[name])
+                self.start_loading(name)
             yield self.progress()
             time.sleep(poll_s)
-        if self.name != name:
-            raise PairError(self.errors.get(name, f"pair '{name}' is not loaded"))
 
     def progress(self) -> str:
         return self.log[-1] if self.log else ""

@@ -21,10 +21,12 @@ from models.catalog import PairError, get_pair  # noqa: E402
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="DuoDecoding chat app")
     p.add_argument("--pair", default=DEFAULT_PAIR, help="pair to load at start")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also make a public gradio.live link")
-    p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
+    p.add_argument("--device", default=None,
+                   help="target device: cuda, cpu (default: cuda if present)")
     p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
     return p.parse_args(argv)
 

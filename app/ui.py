@@ -18,6 +18,7 @@ from models.catalog import PairError, get_pair
 ENGINE = "engine"  # one concurrency slot: one generation (or pair load) at a time, others queue
 STREAM_EVERY_S = 0.08  # at most this often a streaming update goes to the page
 COMPARE = ("vanilla", "sps", "duo")
+SPEED_HINT = "*speed statistics appear here while generating*"
 CSS = """
 #speed table { font-size: 0.9em; }
 #status { min-height: 1.5em; }
@@ -149,7 +150,8 @@ class App:
     def _final(self, trace, method, shown):
         stats = trace.stats
         if not trace.text:
-            shown[-1]["content"] = f"*(no text: the model stopped at once — {stats.get('stop_reason')})*"
+            why = stats.get("stop_reason")
+            shown[-1]["content"] = f"*(no text: the model stopped at once — {why})*"
         return (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
                 charts.timeline(stats), charts.accept_histogram(stats),
                 charts.rate_over_time(trace.points, method),
@@ -217,7 +219,7 @@ class App:
 
     def clear(self, request: gr.Request):
         self.stops.request(_session(request))
-        return [], None, "*speed statistics appear here while generating*", None, None, None, None, "cleared"
+        return [], None, SPEED_HINT, None, None, None, None, "cleared"
 
 
 def build(app: App) -> gr.Blocks:
@@ -240,8 +242,7 @@ def build(app: App) -> gr.Blocks:
                                              color_map=SOURCE_COLORS, show_legend=True,
                                              show_inline_category=False)
             with gr.Column(scale=2):
-                speed = gr.Markdown("*speed statistics appear here while generating*",
-                                    elem_id="speed")
+                speed = gr.Markdown(SPEED_HINT, elem_id="speed")
                 controls = _controls(app)
         with gr.Tabs():
             with gr.Tab("Timeline"):

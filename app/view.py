@@ -175,7 +175,8 @@ def compare_table(results: dict[str, dict], greedy: bool) -> str:
             ("yes" if r["ids"] == results["vanilla"]["ids"] else "no")
         acc = _pct(s["acceptance_rate"]) if method != "vanilla" else "—"
         rows.append(f"| {method} | {float(s['tokens_per_s']):.1f} | {up} | {_s(s['ttft_s'])} | "
-                    f"{acc} | {float(s['mean_accepted_per_round']):.2f} | {s['new_tokens']} | {same} |")
+                    f"{acc} | {float(s['mean_accepted_per_round']):.2f} | {s['new_tokens']} "
+                    f"| {same} |")
     return "\n".join(rows) + "\n\n" + identical_note(results, greedy)
 
 
@@ -185,7 +186,7 @@ def identical_note(results: dict[str, dict], greedy: bool) -> str:
         return ""
     same = all(r["ids"] == done[0]["ids"] for r in done)
     if greedy:
-        return ("**Greedy: all texts are identical** — speculative decoding is lossless."
-                if same else "**Greedy: the texts differ** — this should not happen; please report it.")
+        return ("**Greedy: all texts are identical** — speculative decoding is lossless." if same
+                else "**Greedy: the texts differ** — this should not happen; please report it.")
     return ("Sampling (temperature > 0): texts may differ from run to run; each method samples "
-            "from the same target distribution." + (" They happen to be identical." if same else ""))
+            "from the same target distribution." + (" They are identical." if same else ""))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from models.catalog import PairError
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = 24  # keep generations short
 
@@ -173,3 +175,59 @@ def test_compare_greedy_texts_identical(app):
     assert "all texts are identical" in table
     for method in ("vanilla", "sps", "duo"):
         assert f"| {method} |" in table
+
+
+# -- ModelHost with a fake pair factory (no models, fast) ----------------------------------
+class FakePair:
+    def __init__(self, name):
+        self.name, self.closed = name, False
+
+    def close(self):
+        self.closed = True
+
+
+def fake_factory(delay_s=0.05):
+    def load(name, say):
+        say(f"fake load of {name}")
+        time.sleep(delay_s)
+        if name == "gemma-smol":
+            raise PairError("different tokenizers: not supported here")
+        return FakePair(name)
+    return load
+
+
+def test_host_loads_switches_and_reports_errors():
+    from app.host import ModelHost
+
+    host = ModelHost(fake_factory())
+    assert host.start_loading("smol-self")
+    lines = []
+    with pytest.raises(PairError, match="different tokenizers"):
+        for line in host.prepare("gemma-smol"):  # asked while smol-self loads: waits, then tries
+            lines.append(line)
+    assert any("smol-self" in line for line in lines)  # it said what it waited for
+    assert host.name == "smol-self" and host.state == "ready"  # the loaded pair stays usable
+    with pytest.raises(PairError, match="different tokenizers"):  # remembered, not reloaded
+        list(host.prepare("gemma-smol"))
+    first = host.pair
+    list(host.prepare("smol-self"))  # already loaded: nothing to wait for
+    assert host.pair is first and not first.closed
+    with pytest.raises(PairError):
+        list(host.prepare("no-such-pair"))
+    with host.running("smol-self") as pair:
+        assert pair is first
+    host.close()
+    assert first.closed
+
+
+def test_host_load_waits_for_running_generation():
+    from app.host import ModelHost
+
+    host = ModelHost(fake_factory(0.0))
+    list(host.prepare("smol-self"))
+    with host.running("smol-self"):
+        host.start_loading("llama2-7b-68m")  # a real pair name; the fake loads anything
+        time.sleep(0.2)
+        assert host.name == "smol-self"  # not swapped under a running generation
+    list(host.prepare("llama2-7b-68m"))
+    assert host.name == "llama2-7b-68m"
