@@ -3,9 +3,11 @@ tokenizer, `MappedVocab` (through the text, as bytes) when they do not."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -255,12 +257,16 @@ class MappedVocab:
         lcp = _common_prefix(self._ctx, target_ids)
         self._settle(target_ids, lcp)
         k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks before k are kept
-        kept = self._dpos[k]
-        del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[kept:]
+        start = self._dpos[k]
+        old_tail = self._draft[start:]
+        del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[start:]
         self._ctx = list(target_ids)
         self._extend(self._cuts[k])
         self._main_next = True
+        kept = start + _common_prefix(old_tail, self._draft[start:])
         c = self.counts
+        if c.ctx_calls:  # the first context of a generation follows another prompt
+            c.ctx_draft_redone += start + len(old_tail) - kept
         c.ctx_calls += 1
         c.ctx_draft_kept += kept
         c.ctx_draft_new += len(self._draft) - kept
@@ -440,8 +446,9 @@ class _Counts:
     settled_target: int = 0  # ... and the target tokens they became
     extra_translations: int = 0  # other to_target calls (branches, first-token ranks)
     ctx_calls: int = 0
-    ctx_draft_kept: int = 0  # draft context ids reused from the previous call
-    ctx_draft_new: int = 0  # draft context ids translated again
+    ctx_draft_kept: int = 0  # draft context ids equal to the previous call's (KV reused)
+    ctx_draft_new: int = 0  # draft context ids after those (to evaluate)
+    ctx_draft_redone: int = 0  # of the previous call's draft ids, those that changed
     ctx_chunks_translated: int = 0  # chunk translations not found in the cache
     ctx_target_translated: int = 0
 
@@ -457,13 +464,34 @@ def _ratio(a: int, b: int) -> float:
 
 
 def _cut_before(prev: bytes, cur: bytes) -> bool:
-    """A chunk may start at `cur`: it opens a word (' x' after a non-space) or a line
-    ('x' after a newline). These are word starts for byte-level BPE pre-tokenizers too."""
+    """A chunk may start at `cur` where byte-level BPE pre-tokenizers split too: a word
+    (' x' after a non-space), a change between letters, digits and punctuation (not after
+    an apostrophe: "'s" is one piece), and each character of a script written without
+    spaces (CJK). Never next to other whitespace ('\n\nThe' is cut '\n', '\nThe')."""
     if not prev or not cur:
         return True
     if cur[0] == 0x20 and len(cur) > 1 and cur[1] not in WS and prev[-1] not in WS:
         return True
-    return prev[-1] == 0x0A and cur[0] not in WS
+    a, b = _char_class(prev, -1), _char_class(cur, 0)
+    if a is None or b is None or "S" in (a, b) or prev[-1] == 0x27:
+        return False
+    return a != b or a == "W"
+
+
+@lru_cache(maxsize=1 << 16)
+def _char_class(piece: bytes, where: int) -> str | None:
+    """Class of the first (0) or last (-1) character: S space, L letter, W letter of a
+    script without spaces, N digit, P anything else; None when it is not whole."""
+    text = piece.decode("utf-8", "replace")
+    ch = text[where]
+    if ch == "\ufffd" and "\ufffd".encode() not in piece:
+        return None
+    if ch.isspace():
+        return "S"
+    cat = unicodedata.category(ch)
+    if cat[0] == "L":
+        return "W" if unicodedata.east_asian_width(ch) in "WF" else "L"
+    return "N" if cat[0] == "N" else "P"
 
 
 def _unescape(part: str) -> bytes:

@@ -1,0 +1,229 @@
+"""Pairs whose tokenizers differ. Greedy: gemma-smol (Gemma-3 target, SmolLM2 draft) with sps
+and duo gives the target-only decoder's tokens exactly. Sampling: fakes whose vocabularies
+differ (a translating fake drafter) keep the target's distribution (chi-square)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from core.backends import Draft
+from core.engine import GenConfig, generate
+from core.sampling import SamplingConfig, logits_to_probs, sample
+from core.vocab import MappedVocab, VocabMap, VocabSide
+from tests.fakes import FakeTarget, decode, fake_profile, markov
+from tests.test_sampling_lossless import assert_matches
+
+# -- fakes: two small vocabularies that spell the same text with different cuts ---------------
+TARGET_PIECES = [b"", b"a", b"b", b" a", b" b", b"ab", b" "]  # 0: <eos> (control)
+DRAFT_PIECES = [b"", b"a", b"b", b" ", b" a", b"ba", b"bb", b""]  # 0: <|endoftext|>, 7: <repo>
+
+
+def fake_vocab() -> MappedVocab:
+    target = VocabSide(TARGET_PIECES, {0: "<eos>"}, {0})
+    draft = VocabSide(DRAFT_PIECES, {0: "<|endoftext|>", 7: "<repo>"}, {0})
+    return MappedVocab(VocabMap(draft, target))
+
+
+class TranslatingDrafter:
+    """A Markov draft over its own vocabulary, translated like LlamaDrafter.propose does:
+    context -> draft ids, masked choice, proposal and q rows -> target ids."""
+    name = "fake-translating-draft"
+
+    def __init__(self, Q: np.ndarray, vocab, wrong_q: bool = False):
+        self.Q, self.vocab, self.wrong_q = Q, vocab, wrong_q
+        self.tokens: list[int] = []
+
+    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, **_):
+        ids = self.vocab.to_draft(context, greedy=sampling.greedy)
+        last, out, rows = (ids[-1] if ids else 0), [], []
+        for i in range(n):
+            if stop is not None and (stop.is_set() if hasattr(stop, "is_set") else stop(i)):
+                break
+            logits = np.where(self.vocab.draft_mask, np.log(self.Q[last] + 1e-30), -np.inf)
+            if sampling.greedy:
+                tok, q = int(np.argmax(logits)), None
+            else:
+                q = logits_to_probs(logits, sampling)
+                tok = sample(q, rng_at(len(context) + i))
+            out.append(tok)
+            rows.append(q)
+            last = tok
+        self.tokens = ids + out
+        q_draft = None
+        if not sampling.greedy and rows:
+            q_draft = np.stack(rows)
+            if not self.wrong_q:
+                q_draft = self.vocab.q_to_target(q_draft)
+            else:  # the mistake a translation must avoid: q left in draft columns
+                q_draft = np.pad(q_draft, ((0, 0), (0, 0)))[:, :len(TARGET_PIECES)]
+        return Draft(self.vocab.to_target(out), q_draft)
+
+    def rollback(self, n_keep):
+        del self.tokens[n_keep:]
+
+    def set_threads(self, n):
+        pass
+
+
+V_T, N_TOKENS, N_SAMPLES = len(TARGET_PIECES), 3, 4000
+PROMPT = [1, 2]  # "ab"
+P_TARGET = markov(V_T, seed=11, sharp=0.8)
+Q_DRAFT = markov(len(DRAFT_PIECES), seed=12, sharp=0.8)
+
+
+def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
+    rows = logits_to_probs(np.log(P + 1e-30), sampling)
+    joint = {}
+    for seq in itertools.product(range(V_T), repeat=N_TOKENS):
+        prob, last = 1.0, PROMPT[-1]
+        for t in seq:
+            prob *= rows[last, t]
+            last = t
+        joint[seq] = prob
+    return joint
+
+
+def sample_joint(method, sampling, gamma, drafter, n=N_SAMPLES, **options) -> dict:
+    target, counts = FakeTarget(P_TARGET), {}
+    for seed in range(n):
+        cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling, seed=seed,
+                        gamma=gamma, multi_seq=False, **options)
+        toks = tuple(t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile())
+                     for t in ev.tokens)
+        counts[toks] = counts.get(toks, 0) + 1
+    return counts
+
+
+def test_fake_vocabularies_differ_as_intended():
+    v = fake_vocab()
+    assert v.map.d2t.tolist() == [0, 1, 2, 6, 3, -1, -1, -1]  # 'ba', 'bb', <repo>: no twin
+    assert v.sample_mask.tolist() == [True] * 5 + [False] * 3
+    assert v.greedy_mask.tolist() == [True] * 7 + [False]  # <repo> is never proposed
+    assert v.to_draft([4, 1]) == [3, 5]  # ' b', 'a' -> ' ', 'ba': the draft's own cuts
+    assert v.to_target([3, 1]) == [6, 1]  # sampling: twin by twin
+    with pytest.raises(ValueError):
+        v.to_target([3, 5])  # 'ba' has no twin: the mask keeps a sampled draft from it
+    v.to_draft([4, 1], greedy=True)
+    assert v.to_target([3, 5]) == [4, 1]  # greedy: ' ba' re-cut by the target
+
+
+@pytest.mark.parametrize("method,gamma", [("sps", 2), ("sps", 4), ("duo", 1), ("duo", 3)])
+@pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.8, top_k=4, top_p=0.9)],
+                         ids=["t1", "t0.8-k4-p0.9"])
+def test_sampling_through_a_translated_vocabulary_is_lossless(method, gamma, sampling):
+    vocab = fake_vocab()
+    counts = sample_joint(method, sampling, gamma, TranslatingDrafter(Q_DRAFT, vocab))
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+    stats = vocab.stats()
+    assert stats["proposals"] > N_SAMPLES // 2 and stats["target_per_draft"] == 1.0
+
+
+def test_duo_sequential_sampling_is_lossless():
+    sampling = SamplingConfig(1.0)
+    counts = sample_joint("duo", sampling, 2, TranslatingDrafter(Q_DRAFT, fake_vocab()),
+                          sequential=True)
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+
+
+def test_chi_square_catches_q_rows_left_in_draft_columns():
+    """The test has power: q rows that are not moved to the target's columns are caught."""
+    sampling = SamplingConfig(1.0)
+    drafter = TranslatingDrafter(Q_DRAFT, fake_vocab(), wrong_q=True)
+    counts = sample_joint("sps", sampling, 4, drafter)
+    with pytest.raises(AssertionError):
+        assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+
+
+@pytest.mark.parametrize("method,gamma", [("sps", 3), ("duo", 2), ("duo", None)])
+def test_fake_greedy_through_a_translated_vocabulary_is_identical(method, gamma):
+    target = FakeTarget(P_TARGET)
+    greedy = SamplingConfig()
+    want = [t for ev in generate(target, None, PROMPT, GenConfig("vanilla", 24), decode)
+            for t in ev.tokens]
+    vocab = fake_vocab()
+    drafter = TranslatingDrafter(Q_DRAFT, vocab)
+    cfg = GenConfig(method=method, max_new_tokens=24, sampling=greedy, gamma=gamma,
+                    multi_seq=False)
+    got = [t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile())
+           for t in ev.tokens]
+    assert got == want
+    stats = vocab.stats()
+    assert stats["proposals"] > 1 and stats["ctx_calls"] == stats["proposals"]
+
+
+# -- the real pair: gemma-smol, greedy ------------------------------------------------------------
+PROMPTS = [
+    "Why is the sky blue?",
+    "Translate into French: 'Where is the train station?'",
+    "Le petit déjeuner français typique comprend",
+    "请用中文介绍一下长城。",
+    "北京是中国的首都，",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "SELECT name, COUNT(*) FROM orders",
+    "I love pizza 🍕 and ice cream 🍦 because",
+    "Emoji story: 🐶➡️🏠, then",
+    "List three tips for staying focused while studying:\n1.",
+    "Solve for x: 3x + 7 = 22. Step 1:",
+    "Context: Paris is the capital of France. Question: What is the capital of France? Answer:",
+]
+N = 40
+
+
+@pytest.fixture(scope="module")
+def gemma_pair():
+    from models.loader import Pair
+
+    pair = Pair("gemma-smol")
+    yield pair
+    pair.close()
+
+
+def run(pair, ids, **kw):
+    events = list(pair.generate(ids, GenConfig(max_new_tokens=N, **kw)))
+    return [t for e in events for t in e.tokens], events[-1].stats
+
+
+@pytest.fixture(scope="module")
+def oracle(gemma_pair):
+    out = {}
+    for p in PROMPTS:
+        ids = gemma_pair.prompt_ids(p)
+        out[p] = (ids, run(gemma_pair, ids, method="vanilla")[0])
+    return out
+
+
+def test_gemma_smol_loads_a_translating_vocabulary(gemma_pair):
+    vocab = gemma_pair.drafter.vocab
+    assert isinstance(vocab, MappedVocab)
+    assert vocab.draft_size == gemma_pair.drafter.n_vocab == 49152
+    assert vocab.target_size == gemma_pair.target.vocab_size == 262144
+
+
+@pytest.mark.parametrize("method,opts", [
+    ("sps", {}), ("sps", {"gamma": 6}), ("duo", {"multi_seq": False}),
+    ("duo", {"multi_seq": False, "gamma": 3}), ("duo", {}),
+], ids=["sps", "sps-g6", "duo", "duo-g3", "duo-multi"])
+def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts):
+    kept = 0
+    for prompt, (ids, expected) in oracle.items():
+        got, stats = run(gemma_pair, ids, method=method, **opts)
+        assert got == expected, f"{method} {opts} differs on {prompt!r}"
+        v = stats["vocab"]
+        assert v["same_tokenizer"] is False and v["proposals"] > 0
+        if method == "sps":  # contexts only grow: at most the last draft id is redone
+            assert v["ctx_draft_redone"] <= v["ctx_calls"], (prompt, v)
+        kept += stats["accepted"]
+    assert kept > 0
+
+
+def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
+    for prompt in PROMPTS[:4]:
+        ids, _ = oracle[prompt]
+        for method in ("sps", "duo"):
+            got, stats = run(gemma_pair, ids, method=method, sampling=SamplingConfig(0.8),
+                             seed=3, multi_seq=False)
+            assert 0 < len(got) <= N
+            v = stats["vocab"]
+            assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"]
