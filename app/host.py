@@ -19,8 +19,9 @@ def real_pair(opts) -> PairFactory:
 
         pair = Pair(name, opts, progress=say)
         try:
-            pair.ensure_profile("duo")
-            say("warming up (one short generation)")
+            for method in ("duo", "sps"):  # their thread splits differ: one profile each
+                pair.ensure_profile(method)
+            say("warming up (a few tokens with each method)")
             _warm_up(pair)
         except BaseException:
             pair.close()
@@ -30,12 +31,14 @@ def real_pair(opts) -> PairFactory:
 
 
 def _warm_up(pair) -> None:
-    """The first forward passes are slow (lazy init): take them before the first user does."""
-    from core.engine import GenConfig
+    """First passes are slow (lazy init, thread pools): take them before the first user does,
+    so that Compare's first numbers are fair."""
+    from core.engine import METHODS, GenConfig
 
     ids = pair.prompt_ids("Hello", raw=not pair.spec.chat)
-    for _ in pair.generate(ids, GenConfig(method="duo", max_new_tokens=4)):
-        pass
+    for method in METHODS:
+        for _ in pair.generate(ids, GenConfig(method=method, max_new_tokens=4)):
+            pass
 
 
 class ModelHost:

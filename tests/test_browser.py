@@ -107,7 +107,10 @@ def test_stop_then_next_request_works(page):
     assert page.locator("#chat [data-testid='bot']").count() >= 3
 
 
-def test_compare_shows_three_methods(page):
+def test_clear_then_compare_shows_three_methods(page):
+    page.click("#clear")
+    wait_text(page, "#status", "cleared")
+    assert page.locator("#chat [data-testid='bot']").count() == 0
     page.fill("#prompt textarea", "Name a fruit.")
     page.click("#compare")
     wait_text(page, "#compare-table", "all texts are identical")
