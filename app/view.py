@@ -31,7 +31,7 @@ class Settings:
     def gen_config(self, method: str | None = None) -> GenConfig:
         sampling = SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
         cfg = GenConfig(method=method or self.method, max_new_tokens=int(self.max_new_tokens),
-                        sampling=sampling, seed=int(self.seed),
+                        sampling=sampling, seed=int(self.seed or 0),
                         gamma=int(self.gamma) if self.gamma_mode == "fixed" else None,
                         multi_seq=bool(self.multi_seq), max_seqs=int(self.max_seqs),
                         theta_scale=float(self.theta_scale))
