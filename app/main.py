@@ -52,9 +52,12 @@ def main(argv=None) -> None:
     demo.queue(default_concurrency_limit=1)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
                            font_mono=["ui-monospace", "monospace"])  # no web fonts fetched
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
-                theme=theme, ssr_mode=False, prevent_thread_lock=True, quiet=True,
-                footer_links=["api"], run_history=False)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
+                    theme=theme, ssr_mode=False, prevent_thread_lock=True, quiet=True,
+                    footer_links=["api"], run_history=False)
+    except OSError as e:  # port taken, address not available
+        fail(f"cannot serve on {args.host}:{args.port}: {e}")
     print(f"page up at {demo.local_url} after {time.perf_counter() - t0:.1f} s; "
           f"loading '{args.pair}' in the background", file=sys.stderr, flush=True)
     try:
