@@ -223,42 +223,43 @@ class App:
 
 
 def build(app: App) -> gr.Blocks:
+    ui: dict = {}
     with gr.Blocks(title="DuoDecoding") as demo:
         gr.Markdown("## DuoDecoding — speculative decoding with a CPU draft model")
-        status = gr.Markdown(app.status(), elem_id="status")
-        placement = gr.Markdown(app.placement(), elem_id="placement")
+        ui["status"] = gr.Markdown(app.status(), elem_id="status")
+        ui["placement"] = gr.Markdown(app.placement(), elem_id="placement")
         with gr.Row():
             with gr.Column(scale=3):
-                chatbot = gr.Chatbot(elem_id="chat", height=380, label="chat",
-                                     buttons=["copy"], feedback_options=None)
-                prompt = gr.Textbox(placeholder="Ask something, then Enter or Generate",
-                                    show_label=False, elem_id="prompt", lines=2)
+                ui["chatbot"] = gr.Chatbot(elem_id="chat", height=380, label="chat",
+                                           buttons=["copy"], feedback_options=None)
+                ui["prompt"] = gr.Textbox(placeholder="Ask something, then Enter or Generate",
+                                          show_label=False, elem_id="prompt", lines=2)
                 with gr.Row():
-                    gen_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                    clear_btn = gr.Button("Clear", elem_id="clear")
-                    cmp_btn = gr.Button("Compare vanilla / sps / duo", elem_id="compare")
-                sources = gr.HighlightedText(label="last answer by token source", elem_id="sources",
-                                             color_map=SOURCE_COLORS, show_legend=True,
-                                             show_inline_category=False)
+                    ui["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate")
+                    ui["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop")
+                    ui["clear_btn"] = gr.Button("Clear", elem_id="clear")
+                    ui["cmp_btn"] = gr.Button("Compare vanilla / sps / duo", elem_id="compare")
+                ui["sources"] = gr.HighlightedText(
+                    label="last answer by token source", elem_id="sources",
+                    color_map=SOURCE_COLORS, show_legend=True, show_inline_category=False)
             with gr.Column(scale=2):
-                speed = gr.Markdown(SPEED_HINT, elem_id="speed")
-                controls = _controls(app)
+                ui["speed"] = gr.Markdown(SPEED_HINT, elem_id="speed")
+                ui["controls"] = _controls(app)
         with gr.Tabs():
             with gr.Tab("Timeline"):
-                timeline = gr.Plot(label="draft vs target per round", elem_id="timeline")
+                ui["timeline"] = gr.Plot(label="draft vs target per round", elem_id="timeline")
             with gr.Tab("Acceptance"):
-                hist = gr.Plot(label="acceptance length", elem_id="hist")
+                ui["hist"] = gr.Plot(label="acceptance length", elem_id="hist")
             with gr.Tab("Tokens/s"):
-                rate = gr.Plot(label="tokens/s over the generation", elem_id="rate")
+                ui["rate"] = gr.Plot(label="tokens/s over the generation", elem_id="rate")
         gr.Markdown("### Comparison (same prompt and settings)")
-        cmp_md = gr.Markdown("*press Compare*", elem_id="compare-table")
+        ui["cmp_md"] = gr.Markdown("*press Compare*", elem_id="compare-table")
         with gr.Row():
-            cmp_texts = [gr.Textbox(label=m, lines=6, interactive=False, elem_id=f"cmp-{m}")
-                         for m in COMPARE]
+            ui["cmp_texts"] = [gr.Textbox(label=m, lines=6, interactive=False,
+                                          elem_id=f"cmp-{m}") for m in COMPARE]
         with gr.Accordion("raw stats of the last answer", open=False):
-            stats_json = gr.JSON(elem_id="stats")
-        _wire(app, demo, locals())
+            ui["stats_json"] = gr.JSON(elem_id="stats")
+        _wire(app, demo, ui)
     return demo
 
 
