@@ -62,11 +62,18 @@ class DraftBudget:
         if not self.overlap:
             return tokens_full / (self.draft_s(gamma) + self.verify_s(gamma + 1))
         t_full = max(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
-        t_empty = max(self.verify_s(1), self.draft_s(gamma + 1))
+        t_empty = max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
         stay, enter = a ** (gamma + 1), a  # P(full -> full), P(empty -> full)
         pi_full = enter / (enter + 1 - stay)
         tokens = pi_full * tokens_full + (1 - pi_full)
         return tokens / (pi_full * t_full + (1 - pi_full) * t_empty)
+
+    def empty_chunk(self, gamma: int | None = None) -> int:
+        """Chunk to draft while the target verifies no draft (after a rejection): what fits
+        in its one-token forward, so that round does not wait for a full chunk."""
+        gamma = self.gamma if gamma is None else gamma
+        fits = int(self.verify_s(1) / max(self.draft_s(1), 1e-9))
+        return max(2, min(gamma + 1, fits))
 
     def balanced_gamma(self) -> int:
         """Largest gamma whose drafting fits inside its verification."""

@@ -178,8 +178,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 return
         while True:
             start = time.perf_counter()
-            job = worker.submit(run.ctx + draft.tokens, run.draft_room(budget.gamma + 1),
-                                branching=branching)
+            size = budget.gamma + 1 if draft else budget.empty_chunk()
+            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size), branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
             if ev.done or not verdict.bonus(len(draft)):
