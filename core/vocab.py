@@ -207,10 +207,11 @@ MAX_CHUNK = 48  # target tokens: a longer run with no word start is cut anyway
 class MappedVocab:
     """Draft and target tokenizers differ: translate through the bytes.
 
-    * Context (to_draft): the target context is cut into chunks at word starts and each chunk
-      is tokenized by the draft's tokenizer (cached); the translation of all but the last
-      chunk is reused, so consecutive contexts give the same draft prefix and the drafter's
-      KV cache is only rolled back to where the text changed.
+    * Context (to_draft): the target context is cut into chunks where the draft's
+      pre-tokenizer splits too (word starts, letter/digit/punctuation changes, CJK
+      characters) and each chunk is tokenized by the draft's tokenizer (cached); all but the
+      last chunk are reused, so consecutive contexts give the same draft prefix and the
+      drafter's KV cache is only rolled back to where the text changed.
     * Sampling (the default mode): the draft may only propose tokens that have a target twin
       with the same bytes (`draft_mask`); each draft token is one target token and each q
       row moves to the twins' columns, so p/q is defined on target tokens and the verifier
@@ -263,13 +264,7 @@ class MappedVocab:
         self._ctx = list(target_ids)
         self._extend(self._cuts[k])
         self._main_next = True
-        kept = start + _common_prefix(old_tail, self._draft[start:])
-        c = self.counts
-        if c.ctx_calls:  # the first context of a generation follows another prompt
-            c.ctx_draft_redone += start + len(old_tail) - kept
-        c.ctx_calls += 1
-        c.ctx_draft_kept += kept
-        c.ctx_draft_new += len(self._draft) - kept
+        self._count_context(start, old_tail)
         return list(self._draft)
 
     def to_target(self, draft_ids: list[int]) -> list[int]:
@@ -306,6 +301,15 @@ class MappedVocab:
         return s
 
     # -- target -> draft (the context) ------------------------------------------------------
+    def _count_context(self, start: int, old_tail: list[int]) -> None:
+        kept = start + _common_prefix(old_tail, self._draft[start:])
+        c = self.counts
+        if c.ctx_calls:  # the first context of a generation follows another prompt
+            c.ctx_draft_redone += start + len(old_tail) - kept
+        c.ctx_calls += 1
+        c.ctx_draft_kept += kept
+        c.ctx_draft_new += len(self._draft) - kept
+
     def _extend(self, start: int) -> None:
         """Cut self._ctx into chunks from `start` (a chunk start) on and translate them."""
         ctx, pieces, ctrl = self._ctx, self.map.target.pieces, self.map.target.control

@@ -168,7 +168,7 @@ PROMPTS = [
     "Solve for x: 3x + 7 = 22. Step 1:",
     "Context: Paris is the capital of France. Question: What is the capital of France? Answer:",
 ]
-N = 40
+N = 32
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +202,9 @@ def test_gemma_smol_loads_a_translating_vocabulary(gemma_pair):
 
 
 @pytest.mark.parametrize("method,opts", [
-    ("sps", {}), ("sps", {"gamma": 6}), ("duo", {"multi_seq": False}),
-    ("duo", {"multi_seq": False, "gamma": 3}), ("duo", {}),
-], ids=["sps", "sps-g6", "duo", "duo-g3", "duo-multi"])
+    ("sps", {}), ("duo", {"multi_seq": False}), ("duo", {"multi_seq": False, "gamma": 3}),
+    ("duo", {}),
+], ids=["sps", "duo", "duo-g3", "duo-multi"])
 def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts):
     kept = 0
     for prompt, (ids, expected) in oracle.items():
