@@ -234,6 +234,8 @@ class MappedVocab:
         self.greedy_mask = np.array([vmap.draft.text_id(i) or i in vmap.control_d2t
                                      for i in range(self.draft_size)], dtype=bool)
         self.greedy = False
+        rep = vmap.report()
+        self.coverage = {k: rep[k] for k in ("shared_tokens", "draft_share", "target_share")}
         self._src = np.nonzero(self.sample_mask)[0]
         self._dst = vmap.d2t[self._src]
         self._chunks: OrderedDict[tuple, list[int]] = OrderedDict()
@@ -296,7 +298,7 @@ class MappedVocab:
         """Counters since the last call (one generation), with the vocabularies' overlap."""
         s = self.counts.to_dict()
         s.update(same_tokenizer=False, draft_size=self.draft_size,
-                 target_size=self.target_size, shared_tokens=int(len(self._src)))
+                 target_size=self.target_size, **self.coverage)
         self.counts = _Counts()
         return s
 

@@ -72,7 +72,8 @@ def test_report_counts_how_much_of_each_vocabulary_maps(real):
     assert 0.1 < rep["target_share"] < 0.3  # Gemma's vocabulary is five times larger
     assert rep["target_byte_fallback"] == 256
     stats = vocab.stats()
-    assert stats["shared_tokens"] == int(vocab.sample_mask.sum()) > 40000
+    assert stats["shared_tokens"] == rep["shared_tokens"] > 40000
+    assert stats["draft_share"] == rep["draft_share"] and int(vocab.sample_mask.sum()) > 40000
 
 
 def test_the_mapping_is_cached_on_disk_by_both_files(real):
@@ -288,6 +289,22 @@ def test_identical_vocabularies_are_identity():
     side = VocabSide([b"a", b"b", b""], {2: "<eos>"}, {2})
     assert _identical(VocabMap(side, VocabSide(list(side.pieces), {2: "<eos>"}, {2})))
     assert isinstance(IdentityVocab(3, 3).to_target([1]), list)
+
+
+def test_same_vocabulary_from_hf_and_llama_cpp_is_identity(real, tmp_path, monkeypatch):
+    """SmolLM2's byte-level ('Ġ') HF tokenizer and its GGUF in llama.cpp spell every id
+    alike: the analysis says identity."""
+    from transformers import AutoTokenizer
+
+    from models.catalog import get_pair, target_source
+    from models.convert import converted_dir
+    from models.vocab_build import build_vocab, hf_side, llama_side
+
+    _, drafter, _, _ = real
+    smol = AutoTokenizer.from_pretrained(str(converted_dir(target_source(get_pair("smol-self"))[1])))
+    assert hf_side(smol, 49152, {2}).pieces == llama_side(drafter).pieces
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    assert isinstance(build_vocab(drafter, smol, 49152, {2}), IdentityVocab)
 
 
 def test_disjoint_vocabularies_are_refused():
