@@ -230,7 +230,7 @@ class MappedVocab:
         self.target_size = max(target_size or 0, len(vmap.target))
         self.draft_tok = draft_tokenize or LongestMatch(vmap.draft)
         self.target_tok = target_tokenize or LongestMatch(vmap.target)
-        self.sample_mask = vmap.one_to_one.copy()
+        self.sample_mask = _injective(vmap.d2t)
         self.greedy_mask = np.array([vmap.draft.text_id(i) or i in vmap.control_d2t
                                      for i in range(self.draft_size)], dtype=bool)
         self.greedy = False
@@ -463,6 +463,16 @@ class _Counts:
         d["target_per_draft"] = _ratio(self.target_out, self.draft_used)
         d["target_per_accepted_draft"] = _ratio(self.settled_target, self.settled_draft)
         return d
+
+
+def _injective(d2t: np.ndarray) -> np.ndarray:
+    """Draft ids with a twin, one per target id (two draft EOS ids map to one target EOS):
+    then each q row moves to the target's columns without two draft ids sharing one."""
+    mask = d2t >= 0
+    _, first = np.unique(d2t, return_index=True)
+    keep = np.zeros_like(mask)
+    keep[first] = True
+    return mask & keep
 
 
 def _ratio(a: int, b: int) -> float:

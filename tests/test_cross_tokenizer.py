@@ -17,12 +17,13 @@ from tests.test_sampling_lossless import assert_matches
 
 # -- fakes: two small vocabularies that spell the same text with different cuts ---------------
 TARGET_PIECES = [b"", b"a", b"b", b" a", b" b", b"ab", b" "]  # 0: <eos> (control)
-DRAFT_PIECES = [b"", b"a", b"b", b" ", b" a", b"ba", b"bb", b""]  # 0: <|endoftext|>, 7: <repo>
+DRAFT_PIECES = [b"", b"a", b"b", b" ", b" a", b"ba", b"bb", b"", b""]
+DRAFT_CONTROL = {0: "<|endoftext|>", 7: "<repo>", 8: "<|eot|>"}  # 0 and 8 both end text
 
 
 def fake_vocab() -> MappedVocab:
     target = VocabSide(TARGET_PIECES, {0: "<eos>"}, {0})
-    draft = VocabSide(DRAFT_PIECES, {0: "<|endoftext|>", 7: "<repo>"}, {0})
+    draft = VocabSide(DRAFT_PIECES, DRAFT_CONTROL, {0, 8})
     return MappedVocab(VocabMap(draft, target))
 
 
@@ -98,9 +99,9 @@ def sample_joint(method, sampling, gamma, drafter, n=N_SAMPLES, **options) -> di
 
 def test_fake_vocabularies_differ_as_intended():
     v = fake_vocab()
-    assert v.map.d2t.tolist() == [0, 1, 2, 6, 3, -1, -1, -1]  # 'ba', 'bb', <repo>: no twin
-    assert v.sample_mask.tolist() == [True] * 5 + [False] * 3
-    assert v.greedy_mask.tolist() == [True] * 7 + [False]  # <repo> is never proposed
+    assert v.map.d2t.tolist() == [0, 1, 2, 6, 3, -1, -1, -1, 0]  # 'ba', 'bb', <repo>: none
+    assert v.sample_mask.tolist() == [True] * 5 + [False] * 4  # one draft id per target id
+    assert v.greedy_mask.tolist() == [True] * 7 + [False, True]  # <repo> is never proposed
     assert v.to_draft([4, 1]) == [3, 5]  # ' b', 'a' -> ' ', 'ba': the draft's own cuts
     assert v.to_target([3, 1]) == [6, 1]  # sampling: twin by twin
     with pytest.raises(ValueError):

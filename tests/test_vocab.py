@@ -125,6 +125,16 @@ def test_control_and_chat_template_tokens(real):
     assert vocab.map.d2t[eos] == 1 and vocab.sample_mask[eos]  # draft EOS proposes target EOS
 
 
+def test_sampling_mask_gives_each_target_id_one_draft_id(real):
+    """SmolLM2 has several end-of-generation ids, Gemma one <eos>: only one of them may be
+    sampled, or the q row of <eos> would lose the other's probability."""
+    _, _, vocab, _ = real
+    allowed = vocab.map.d2t[vocab.sample_mask]
+    assert len(allowed) == len(set(allowed.tolist()))
+    assert sum(vocab.map.d2t[d] == 1 for d in vocab.map.draft.eos) >= 2  # both map to <eos>
+    assert sum(vocab.sample_mask[d] for d in vocab.map.draft.eos if vocab.map.d2t[d] == 1) == 1
+
+
 def test_literal_special_text_stays_text(real):
     """A target that writes '<|im_start|>' as plain text must not give the draft a control
     token."""
