@@ -21,13 +21,25 @@ class BranchPolicy:
     static_k: int | None = None  # always this many sequences (comparison)
     step_s: dict = field(default_factory=dict)  # k -> time of one batched k-sequence step
 
-    def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int) -> list[int]:
-        """First tokens of the extra sequences, most likely first."""
+    alpha: float = 0.9  # expected per-token acceptance, for pricing shorter sequences
+
+    def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int,
+                     n: int = 8) -> list[int]:
+        """First tokens of the extra sequences, most likely first. Of those that pass theta,
+        keep as many as maximise P(the target's token starts a sequence) x expected accepted
+        tokens of a sequence, given that k sequences share the time of n single steps."""
         order = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS] if t != chosen]
         if self.static_k:
             return [t for t in order if p_first[t] > 0][:self.static_k - 1]
         theta = float(p_first.max()) * p_second_top * self.theta_scale
-        return [t for t in order if p_first[t] > theta][:self.max_seqs - 1]
+        passed = [t for t in order if p_first[t] > theta][:self.max_seqs - 1]
+        covered = np.cumsum([p_first[chosen]] + [p_first[t] for t in passed])
+        value = [covered[k] * self._accepted(self.steps(n, k + 1)) for k in range(len(covered))]
+        return passed[:int(np.argmax(value))]
+
+    def _accepted(self, steps: int) -> float:
+        a = min(max(self.alpha, 0.01), 0.995)
+        return (1 - a ** steps) / (1 - a)
 
     def steps(self, n: int, k: int) -> int:
         """Tokens per sequence when k sequences share the time of n single-sequence steps."""

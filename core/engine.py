@@ -209,7 +209,7 @@ def _branch_policy(cfg: GenConfig, budget: DraftBudget) -> BranchPolicy | None:
     if not (cfg.multi_seq or cfg.static_k):
         return None
     return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
-                        budget.profile.draft_step_s)
+                        budget.profile.draft_step_s, alpha=budget.alpha)
 
 
 def _count_seqs(stats: GenerationStats, chunk: Draft, target_token: int) -> None:

@@ -90,7 +90,7 @@ class LlamaDrafter:
         p_first = q0 if q0 is not None else self._masked_softmax(logits)
         ranking = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS] if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
-        extra = branching.extra_firsts(p_first, float(softmax(logits2).max()), first)
+        extra = branching.extra_firsts(p_first, float(softmax(logits2).max()), first, n)
         steps = branching.steps(n, 1 + len(extra))
         seqs, rows = [[first]] + [[c] for c in extra], [[q0]] + [[q0] for _ in extra]
         self._fork(len(extra))

@@ -64,7 +64,7 @@ class FakeDrafter:
         p_first = self._q(context[-1], sampling)
         p_first = p_first if not sampling.greedy else self._q(context[-1], SamplingConfig(1.0))
         p2 = self._q(main.tokens[0], SamplingConfig(1.0)).max()
-        firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0])
+        firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0], n)
         steps = branching.steps(n, 1 + len(firsts))
         main = self._sequence(list(context), [], steps, sampling, rng_at, stop)
         main.alternatives = [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
@@ -104,7 +104,8 @@ class FakeDrafter:
 
 def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Profile:
     return Profile(draft_token_s=draft_s,
-                   verify_s=[verify_base + verify_per_token * n for n in range(1, 33)])
+                   verify_s=[verify_base + verify_per_token * n for n in range(1, 33)],
+                   draft_step_s={k: draft_s for k in range(1, 5)})  # batching is free
 
 
 def decode(ids):
