@@ -71,13 +71,15 @@ class Pair:
 
     # -- threads and the budget profile --------------------------------------------------
     def threads_for(self, method: str) -> tuple[int, int]:
-        """(draft, target) threads: duo splits the cores when the target is on the CPU."""
+        """(draft, target) threads. llama.cpp's threads spin at barriers, so the draft never
+        takes every core: with a core short (another process, or torch beside it) a decode
+        stalls. duo splits the cores when the target is on the CPU."""
         cores = max(1, self.opts.cores)
         if self.target.device.startswith("cuda"):
-            return cores, 1
+            return max(1, min(cores - 1, 8)), 1
         if method == "duo":
             return max(1, cores // 2), max(1, cores - cores // 2)
-        return cores, cores
+        return max(1, cores // 2), cores
 
     def ensure_profile(self, method: str, remeasure: bool = False):
         from models.profiler import load_or_measure
