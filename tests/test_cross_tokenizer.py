@@ -213,8 +213,9 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
         assert got == expected, f"{method} {opts} differs on {prompt!r}"
         v = stats["vocab"]
         assert v["same_tokenizer"] is False and v["proposals"] > 0
-        if method == "sps":  # contexts only grow: at most the last draft id is redone
-            assert v["ctx_draft_redone"] <= v["ctx_calls"], (prompt, v)
+        # the draft's KV cache is rolled back to the common prefix, never re-prefilled:
+        # what each round redoes is a few ids at the end, not the context
+        assert v["ctx_draft_redone"] * 10 <= v["ctx_draft_kept"], (prompt, v)
         kept += stats["accepted"]
     assert kept > 0
 
