@@ -53,6 +53,11 @@ class DraftBudget:
     def draft_s(self, n: int) -> float:
         return n * self.profile.draft_token_s * self.draft_scale
 
+    def step_ratio(self, k: int) -> float:
+        """Cost of one batched k-sequence draft step in single steps (1 when unmeasured)."""
+        one, many = self.profile.draft_step_s.get(1), self.profile.draft_step_s.get(k)
+        return many / one if k > 1 and one and many else 1.0
+
     def verify_s(self, n: int) -> float:
         return self.profile.verify(n) * self.verify_scale
 
@@ -91,7 +96,7 @@ class DraftBudget:
         return best
 
     # -- online adaptation ----------------------------------------------------------------
-    def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: int = 0,
+    def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: float = 0,
                 verify_s: float = 0.0, verify_n: int = 0) -> int:
         """Feed one round's outcome and times; returns the gamma for the next round."""
         if drafted:

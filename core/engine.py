@@ -248,10 +248,11 @@ def _record(run: Run, start: float, dspan, vspan, drafted: int, accepted: int) -
 def _observe(run: Run, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
              chunk: Draft | None) -> None:
     """Feed the budget one round: pass rate, draft time per token (without catching up with
-    the context), verify time per length (a prefill round is no sample of verify time)."""
+    the context, a k-sequence step counted as its cost in single steps), verify time per
+    length (a prefill round is no sample of verify time)."""
     run.stats.gammas_used[budget.gamma] += 1
     scored = run.last_scored if run.last_scored == rec.drafted + 1 else 0
-    n = len(chunk) if chunk else 0
+    n = len(chunk) * budget.step_ratio(chunk.n_seqs) if chunk else 0  # in single steps
     budget.observe(trials, passed, draft_s=chunk.busy_s - chunk.sync_s if n else 0.0,
                    draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
                    verify_n=scored)

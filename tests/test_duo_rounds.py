@@ -133,3 +133,25 @@ def test_sampled_duo_is_reproducible_with_a_seed():
     b = run("duo", FakeDrafter(P), target=FakeTarget(P), gamma=3, sampling=s, seed=7,
             sequential=True)[0]
     assert a == b
+
+
+def test_branched_chunks_do_not_look_like_a_slow_draft():
+    """A k-sequence chunk of n tokens costs n batched steps: the budget must read it as
+    n x step_ratio(k) single tokens, not as a draft that got k times slower."""
+    from core.backends import Draft
+    from core.engine import Run, _observe
+    from core.metrics import RoundRecord
+
+    prof = fake_profile(draft_s=0.005)
+    prof.draft_step_s = {1: 0.005, 2: 0.012}
+    budget = DraftBudget(prof, overlap=True, alpha=0.9)
+    run_ = Run(FakeTarget(chain()), PROMPT, GenConfig(method="duo"), decode)
+    chunk = Draft(tokens=[1, 2, 3, 4], busy_s=4 * 0.012, alternatives=[Draft(tokens=[5, 6])])
+    rec = RoundRecord(0, 0.05, (0, 0.048), (0, 0.05), 4, 4)
+    for _ in range(10):
+        _observe(run_, budget, rec, 5, 5, chunk)
+    assert abs(budget.draft_scale - 1.0) < 0.01
+    single = DraftBudget(prof, overlap=True, alpha=0.9)
+    for _ in range(10):
+        _observe(run_, single, rec, 5, 5, Draft(tokens=[1, 2, 3, 4], busy_s=4 * 0.012))
+    assert single.draft_scale > 2.0  # the same time for one sequence: a slower draft
