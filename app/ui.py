@@ -130,33 +130,31 @@ class App:
         skip4, last = [gr.skip()] * 4, 0.0
         with self.host.running(pair_name) as pair:
             trace = Trace(pair.decode)
-            with closing(pair.generate(pair.prompt_ids(prompt, raw=raw), cfg)) as events:
-                for ev in events:
+            ids = pair.prompt_ids(prompt, raw=raw)
+            with closing(pair.generate(ids, cfg, stop=stopped)) as events:
+                for ev in events:  # a stop request ends it with one last event and the stats
                     trace.add(ev)
                     shown[-1]["content"] = trace.text
-                    if stopped():
-                        break
                     if ev.done or time.perf_counter() - last < STREAM_EVERY_S:
                         continue
                     last = time.perf_counter()
                     yield (gr.skip(), shown, trace.segments(), live_panel(trace, cfg.method),
                            *skip4, f"generating with `{cfg.method}` …")
-        if trace.stats is None:  # stopped: the chat keeps what was streamed, no final stats
-            yield (gr.skip(), gr.skip(), gr.skip(), live_panel(trace, cfg.method) + " · stopped",
-                   *skip4, f"stopped after {len(trace.ids)} tokens")
-            return
         yield self._final(trace, cfg.method, shown)
 
     def _final(self, trace, method, shown):
         stats = trace.stats
-        if not trace.text:
-            why = stats.get("stop_reason")
+        why = stats.get("stop_reason")
+        if why == "stopped":
+            note = f"stopped after {stats.get('new_tokens', 0)} tokens"
+        else:
+            note = (f"done: {stats.get('new_tokens', 0)} tokens with `{method}` at "
+                    f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
+        if not trace.text and why != "stopped":
             shown[-1]["content"] = f"*(no text: the model stopped at once — {why})*"
         return (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
                 charts.timeline(stats), charts.accept_histogram(stats),
-                charts.rate_over_time(trace.points, method),
-                f"done: {stats.get('new_tokens', 0)} tokens with `{method}` at "
-                f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
+                charts.rate_over_time(trace.points, method), note)
 
     def stop(self, request: gr.Request):
         self.stops.request(_session(request))

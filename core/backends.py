@@ -21,6 +21,7 @@ class Draft:
 
     alternatives: list["Draft"] = field(default_factory=list)  # other first tokens
     first_ranking: list[int] = field(default_factory=list)  # draft's top first tokens
+    first_top_p: float = 0.0  # the draft's probability of its top first token
 
     def __len__(self) -> int:
         return len(self.tokens)

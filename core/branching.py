@@ -14,6 +14,32 @@ import numpy as np
 TOP_RANKS = 8  # first-position candidates remembered for the confusion table
 
 
+class FirstTokenOdds:
+    """How often the target's next token was the draft's rank-j first candidate, per bin of
+    the draft's top probability, blended with the draft's own probabilities (`prior` pseudo
+    rounds). A draft's probabilities are no calibrated guess of the target's choice: a
+    quantized copy of the target picks the target's token far more often than p(1,1) says."""
+
+    EDGES = (0.3, 0.5, 0.7, 0.9)
+
+    def __init__(self, prior: float = 4.0, ranks: int = TOP_RANKS):
+        self.prior, self.ranks = prior, ranks
+        self.counts = np.zeros((len(self.EDGES) + 1, ranks + 1))  # last column: no rank
+
+    def _bin(self, p_top: float) -> int:
+        return int(np.searchsorted(self.EDGES, p_top, side="right"))
+
+    def observe(self, p_top: float, rank: int) -> None:
+        """rank: 1-based rank of the target's token among the draft's candidates, 0 if none."""
+        self.counts[self._bin(p_top), rank - 1 if 0 < rank <= self.ranks else -1] += 1
+
+    def by_rank(self, p_sorted: np.ndarray) -> np.ndarray:
+        """P(the target's token is the draft's rank-j candidate), j = 1..len(p_sorted)."""
+        row = self.counts[self._bin(float(p_sorted[0]))]
+        k = min(len(p_sorted), self.ranks)
+        return (row[:k] + self.prior * p_sorted[:k]) / (row.sum() + self.prior)
+
+
 @dataclass
 class BranchPolicy:
     max_seqs: int = 4
@@ -22,18 +48,22 @@ class BranchPolicy:
     step_s: dict = field(default_factory=dict)  # k -> time of one batched k-sequence step
 
     alpha: float = 0.9  # expected per-token acceptance, for pricing shorter sequences
+    odds: FirstTokenOdds = field(default_factory=FirstTokenOdds)
 
     def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int,
                      n: int = 8) -> list[int]:
         """First tokens of the extra sequences, most likely first. Of those that pass theta,
         keep as many as maximise P(the target's token starts a sequence) x expected accepted
-        tokens of a sequence, given that k sequences share the time of n single steps."""
-        order = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS] if t != chosen]
+        tokens of a sequence, given that k sequences share the time of n single steps.
+        P(the target's token is a candidate) comes from the learned odds by rank."""
+        ranked = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS]]
+        order = [t for t in ranked if t != chosen]
         if self.static_k:
             return [t for t in order if p_first[t] > 0][:self.static_k - 1]
         theta = float(p_first.max()) * p_second_top * self.theta_scale
         passed = [t for t in order if p_first[t] > theta][:self.max_seqs - 1]
-        covered = np.cumsum([p_first[chosen]] + [p_first[t] for t in passed])
+        odds = dict(zip(ranked, self.odds.by_rank(p_first[ranked])))
+        covered = np.cumsum([odds.get(chosen, 0.0)] + [odds[t] for t in passed])
         value = [covered[k] * self._accepted(self.steps(n, k + 1)) for k in range(len(covered))]
         return passed[:int(np.argmax(value))]
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 
 from core.backends import Draft, Drafter, Target
-from core.branching import BranchPolicy
+from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats, RoundRecord
 from core.output import Event, Output
@@ -68,6 +68,7 @@ class Run:
         self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
         self.t0 = time.perf_counter()
         self.last_scored = 0
+        self.odds = FirstTokenOdds()  # generate() may hand in the pair's learned odds
         target.rollback(0)
 
     def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
@@ -111,12 +112,19 @@ class Run:
 
 
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
-             decode: Callable[[list[int]], str], profile: Profile | None = None) -> Iterator[Event]:
-    """Yield Events as tokens are verified; the last one has done=True and the stats."""
+             decode: Callable[[list[int]], str], profile: Profile | None = None,
+             stop: Callable[[], bool] | None = None,
+             odds: FirstTokenOdds | None = None) -> Iterator[Event]:
+    """Yield Events as tokens are verified; the last one has done=True and the stats.
+    `stop()` turning true ends the generation after the event just yielded (reason
+    'stopped'), still with the stats. `odds`: first-token odds learned by earlier
+    generations of this pair (multi-sequence drafting), updated in place."""
     run = Run(target, prompt, cfg, decode)
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
+    if odds is not None:
+        run.odds = odds
     budget = None
     if cfg.method != "vanilla":
         budget = DraftBudget(profile or _flat_profile(), overlap=cfg.method == "duo",
@@ -125,10 +133,13 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     last = Event()
     with closing(loop(run, drafter, budget)) as events:  # closing joins the draft worker
         for ev in events:
-            last = ev
             if ev.done:
+                last = ev
                 break
             yield ev
+            if stop is not None and stop():
+                last = run.out.stop()
+                break
     if budget is not None:
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
@@ -168,7 +179,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
-    branching = _branch_policy(run.cfg, budget)
+    branching = _branch_policy(run, budget)
     draft, dropped = Draft(), []
     try:
         if run.cfg.prefill_threads:  # cores are shared: the prefill first, with all of them
@@ -194,7 +205,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 branch = chunk.branch_for(verdict.token)
                 rec = _record(run, start, chunk.span, vspan, len(draft), verdict.accepted)
                 rec.seqs = chunk.n_seqs
-                _count_seqs(run.stats, chunk, verdict.token)
+                _count_seqs(run.stats, run.odds, chunk, verdict.token)
                 _observe(run, budget, rec, len(draft) + 1, verdict.accepted + bool(branch), chunk)
                 draft = branch.tail(1) if branch else Draft()
             yield ev
@@ -205,19 +216,25 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
         _settle_dropped(run, dropped)
 
 
-def _branch_policy(cfg: GenConfig, budget: DraftBudget) -> BranchPolicy | None:
+def _branch_policy(run: Run, budget: DraftBudget) -> BranchPolicy | None:
+    cfg = run.cfg
     if not (cfg.multi_seq or cfg.static_k):
         return None
     return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
-                        budget.profile.draft_step_s, alpha=budget.alpha)
+                        budget.profile.draft_step_s, alpha=budget.alpha, odds=run.odds)
 
 
-def _count_seqs(stats: GenerationStats, chunk: Draft, target_token: int) -> None:
-    """Sequences per round (Figure 5) and sequences vs the target token's draft rank (Table 4)."""
+def _count_seqs(stats: GenerationStats, odds: FirstTokenOdds, chunk: Draft,
+                target_token: int) -> None:
+    """Sequences per round (Figure 5) and sequences vs the target token's draft rank (Table 4);
+    the rank also teaches the first-token odds."""
     stats.seq_hist[chunk.n_seqs] += 1
+    if not chunk.first_ranking:
+        return
+    rank = chunk.rank_of(target_token)
     row = stats.seq_confusion.setdefault(str(chunk.n_seqs), {})
-    rank = str(chunk.rank_of(target_token) or "other")
-    row[rank] = row.get(rank, 0) + 1
+    row[str(rank or "other")] = row.get(str(rank or "other"), 0) + 1
+    odds.observe(chunk.first_top_p, rank)
 
 
 def _prefill_alone(run: Run, budget: DraftBudget) -> Event:

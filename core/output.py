@@ -47,6 +47,11 @@ class Output:
         ev.done = self.done
         return ev
 
+    def stop(self) -> Event:
+        """The caller stopped early: release any text held back, as a last event."""
+        self._finish("stopped")
+        return Event(text=self._release(), done=True)
+
     def _finish(self, reason: str) -> None:
         self.done, self.reason = True, reason
 

@@ -58,14 +58,15 @@ class LlamaDrafter:
         def pick(row, i):
             return self._choose(row, sampling, rng_at, len(context) + i)
         if branching is None or n < 2:
-            seqs, rows, ranking = [[]], [[]], []
+            seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
             self._extend(logits, n, pick, stop, seqs[0], rows[0])
         else:
-            seqs, rows, ranking = self._branched(logits, n, pick, stop, branching)
+            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching)
         drafts = [self._draft(t, r, sampling) for t, r in zip(seqs, rows)]
         main = drafts[0]
         main.sync_s, main.alternatives = sync_s, drafts[1:]
         main.first_ranking = [self.vocab.to_target([t])[0] for t in ranking]
+        main.first_top_p = p_top
         return main
 
     def _draft(self, toks: list[int], rows: list, sampling: SamplingConfig) -> Draft:
@@ -106,7 +107,7 @@ class LlamaDrafter:
                         todo.append((tok, s))
             ready = dict(zip([s for _, s in todo], self._decode_batch(todo))) if todo else {}
             todo = []
-        return seqs, rows, ranking
+        return seqs, rows, ranking, float(p_first.max())
 
     def _fork(self, n_extra: int) -> None:
         """Sequences 1..n_extra share the prefix (all but seq 0's first draft token)."""

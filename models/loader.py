@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
+from core.branching import FirstTokenOdds
 from core.engine import GenConfig, generate
 from core.output import Event
 from core.vocab import IdentityVocab
@@ -54,6 +55,7 @@ class Pair:
         self.drafter.vocab = self._vocab()
         self.load_s = time.perf_counter() - t0
         self.profile = None
+        self.odds = FirstTokenOdds()  # learned across this pair's generations
         self._progress = say
 
     def _vocab(self):
@@ -115,7 +117,8 @@ class Pair:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def generate(self, prompt_ids: list[int], cfg: GenConfig) -> Iterator[Event]:
+    def generate(self, prompt_ids: list[int], cfg: GenConfig,
+                 stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
         if cfg.method == "duo" and not self.target.device.startswith("cuda"):
             cfg = replace(cfg, prefill_threads=self.opts.cores)  # the draft shares the cores
@@ -123,7 +126,8 @@ class Pair:
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
         drafter = None if cfg.method == "vanilla" else self.drafter
-        for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile):
+        for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile, stop,
+                           self.odds):
             if ev.stats is not None:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()

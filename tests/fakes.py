@@ -70,6 +70,7 @@ class FakeDrafter:
         main.alternatives = [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
                              for f in firsts]
         main.first_ranking = [int(t) for t in np.argsort(-p_first)[:8]]
+        main.first_top_p = float(p_first.max())
         self.branch_counts.append(main.n_seqs)
         return main
 

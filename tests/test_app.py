@@ -145,9 +145,11 @@ def test_stop_ends_the_running_answer(app):
     while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
         time.sleep(0.05)
     assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
-    status = job.result(timeout=60)[8]
+    text, stats, status = answer_of(job.result(timeout=60))
     assert re.fullmatch(r"stopped after \d+ tokens", status), status
     assert int(status.split()[2]) < 1000
+    assert text.strip()  # what was streamed stays in the chat
+    assert stats["stop_reason"] == "stopped" and stats["new_tokens"] == int(status.split()[2])
     text, _, _ = answer_of(client.predict(*chat_args("Say hi."), api_name="/chat"))
     assert text.strip()
 

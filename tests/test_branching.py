@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.branching import BranchPolicy
+from core.branching import BranchPolicy, FirstTokenOdds
 
 P_FIRST = np.array([0.40, 0.30, 0.20, 0.06, 0.04])
 
@@ -35,3 +35,27 @@ def test_static_k_ignores_theta_and_costs():
     costly = BranchPolicy(static_k=3, step_s={1: 1.0, 2: 2.4, 3: 3.6})
     assert costly.extra_firsts(P_FIRST, 0.99, chosen=0, n=12) == [1, 2]
     assert costly.steps(12, 3) == 3
+
+
+def test_odds_learn_how_often_each_rank_is_the_targets_token():
+    odds = FirstTokenOdds(prior=4.0)
+    p = np.array([0.4, 0.3, 0.2])
+    assert np.allclose(odds.by_rank(p), p)  # nothing seen yet: the draft's own guess
+    for _ in range(50):
+        odds.observe(0.4, 1)
+    assert odds.by_rank(p)[0] > 0.9 and odds.by_rank(p)[1] < 0.05
+    assert np.allclose(odds.by_rank(np.array([0.95, 0.05])), [0.95, 0.05])  # another bin
+    odds.observe(0.4, 0)  # the target's token was none of the candidates
+    assert odds.by_rank(p).sum() < 1
+
+
+def test_learned_odds_decide_whether_branching_pays():
+    steps = {1: 1.0, 2: 1.3, 3: 1.6, 4: 1.9}
+    policy = BranchPolicy(max_seqs=2, step_s=steps)
+    assert policy.extra_firsts(P_FIRST, 0.5, chosen=0, n=12) == [1]  # 0.4 vs 0.7 coverage
+    for _ in range(50):  # a draft whose top token is the target's, however unsure it is
+        policy.odds.observe(0.4, 1)
+    assert policy.extra_firsts(P_FIRST, 0.5, chosen=0, n=12) == []
+    for _ in range(100):  # the target picks the runner-up as often as the top token
+        policy.odds.observe(0.4, 2)
+    assert policy.extra_firsts(P_FIRST, 0.5, chosen=0, n=12) == [1]

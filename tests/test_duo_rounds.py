@@ -155,3 +155,20 @@ def test_branched_chunks_do_not_look_like_a_slow_draft():
     for _ in range(10):
         _observe(run_, single, rec, 5, 5, Draft(tokens=[1, 2, 3, 4], busy_s=4 * 0.012))
     assert single.draft_scale > 2.0  # the same time for one sequence: a slower draft
+
+
+@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+def test_stop_request_ends_with_stats(method):
+    seen = []
+    drafter = None if method == "vanilla" else FakeDrafter(chain())
+    cfg = GenConfig(method=method, max_new_tokens=50, gamma=3)
+    events = []
+    for ev in generate(FakeTarget(chain()), drafter, PROMPT, cfg, decode, fake_profile(),
+                       stop=lambda: len(seen) >= 2):
+        seen.append(ev)
+        events.append(ev)
+    tokens = [t for e in events for t in e.tokens]
+    last = events[-1]
+    assert last.done and last.stats["stop_reason"] == "stopped"
+    assert last.stats["new_tokens"] == len(tokens) < 50
+    assert len(events) == 3 and not last.tokens  # two rounds, then the closing event
