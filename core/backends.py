@@ -58,7 +58,8 @@ class Drafter(Protocol):
 
     def rollback(self, n_keep: int) -> None: ...
 
-    def set_threads(self, n: int) -> None: ...
+    def set_threads(self, n: int) -> int:
+        """Use n threads from now on; returns the previous count."""
 
 
 class Target(Protocol):

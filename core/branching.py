@@ -56,7 +56,7 @@ class BranchPolicy:
         keep as many as maximise P(the target's token starts a sequence) x expected accepted
         tokens of a sequence, given that k sequences share the time of n single steps.
         P(the target's token is a candidate) comes from the learned odds by rank."""
-        ranked = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS]]
+        ranked = top_ids(p_first)
         order = [t for t in ranked if t != chosen]
         if self.static_k:
             return [t for t in order if p_first[t] > 0][:self.static_k - 1]
@@ -78,6 +78,13 @@ class BranchPolicy:
         one, many = self.step_s.get(1), self.step_s.get(k)
         ratio = many / one if one and many else 1.0 + 0.25 * (k - 1)
         return max(2, min(n, int(round(n / ratio))))
+
+
+def top_ids(p: np.ndarray, k: int = TOP_RANKS) -> list[int]:
+    """Ids of the k largest entries, largest first (a partial sort: vocabularies are big)."""
+    k = min(k, len(p))
+    part = np.argpartition(-p, k - 1)[:k]
+    return [int(t) for t in part[np.argsort(-p[part], kind="stable")]]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

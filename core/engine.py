@@ -182,11 +182,12 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     branching = _branch_policy(run, budget)
     draft, dropped = Draft(), []
     try:
-        if run.cfg.prefill_threads:  # cores are shared: the prefill first, with all of them
+        if run.cfg.prefill_threads:  # cores are shared: the prefills first, with all of them
             ev = _prefill_alone(run, budget)
             yield ev
             if ev.done:
                 return
+            _prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
             size = budget.gamma + 1 if draft else budget.empty_chunk()
@@ -244,6 +245,18 @@ def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
     _record(run, vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
     run.stats.gammas_used[budget.gamma] += 1
     return run.commit(Draft(), verdict)
+
+
+def _prefill_draft(run: Run, drafter: Drafter, worker: DraftWorker) -> None:
+    """The draft's prompt prefill with all cores too (a long prompt at one thread would
+    leave the target decoding alone, token by token, for seconds)."""
+    prev = drafter.set_threads(run.cfg.prefill_threads)
+    try:
+        done = worker.submit(run.ctx, 0).result()
+    finally:
+        drafter.set_threads(prev)
+    run.stats.draft_busy_s += done.busy_s
+    _record(run, done.span[0], done.span, (done.span[0], done.span[0]), 0, 0)
 
 
 def _settle_dropped(run: Run, dropped: list) -> None:

@@ -13,7 +13,7 @@ from llama_cpp import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
 from core.backends import Draft
-from core.branching import TOP_RANKS, BranchPolicy, softmax
+from core.branching import BranchPolicy, softmax, top_ids
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
 set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
@@ -37,6 +37,7 @@ class LlamaDrafter:
         cp.n_seq_max, cp.kv_unified = max_seqs, True
         self.ctx = internals.LlamaContext(model=self.model, params=cp, verbose=False)
         self.n_ctx, self.n_batch, self.max_seqs = n_ctx, n_batch, max_seqs
+        self.n_threads = n_threads
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
@@ -89,7 +90,7 @@ class LlamaDrafter:
         all with one batched decode per step (sequence ids share the prefix's KV cache)."""
         first, q0 = pick(logits, 0)
         p_first = q0 if q0 is not None else self._masked_softmax(logits)
-        ranking = [int(t) for t in np.argsort(-p_first)[:TOP_RANKS] if p_first[t] > 0]
+        ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
         extra = branching.extra_firsts(p_first, float(softmax(logits2).max()), first, n)
         steps = branching.steps(n, 1 + len(extra))
@@ -140,8 +141,11 @@ class LlamaDrafter:
             C.llama_memory_seq_rm(self.ctx.memory, -1, n_keep, -1)
             del self.tokens[n_keep:]
 
-    def set_threads(self, n: int) -> None:
+    def set_threads(self, n: int) -> int:
+        """Returns the previous count."""
+        prev, self.n_threads = self.n_threads, n
         C.llama_set_n_threads(self.ctx.ctx, n, n)
+        return prev
 
     # -- internals ------------------------------------------------------------------------
     def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng_at, pos: int):

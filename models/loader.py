@@ -133,6 +133,11 @@ class Pair:
                 ev.stats["vocab"] = self.drafter.vocab.stats()
             yield ev
 
+    def clear_draft_cache(self) -> None:
+        """Forget the draft's KV cache, so the next generation prefills its prompt cold (a chat
+        turn otherwise reuses the cached history)."""
+        self.drafter.rollback(0)
+
     def placement(self) -> dict:
         draft_n, _ = self.threads_for("duo")
         return {"draft": f"CPU, {draft_n} thread(s)", "target": self.target.device_name()}

@@ -72,6 +72,9 @@ def method_config(args, name: str):
 
 
 def run_one(pair, ids, cfg) -> dict:
+    """One cold generation: the draft's cache from the method before would spare this one
+    the prompt's draft prefill."""
+    pair.clear_draft_cache()
     stats, tokens = {}, []
     for ev in pair.generate(ids, cfg):
         tokens += ev.tokens

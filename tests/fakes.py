@@ -43,7 +43,9 @@ class FakeTarget:
         del self.cache[n_keep:]
 
     def set_threads(self, n):
-        return 1
+        self.thread_log = getattr(self, "thread_log", []) + [n]
+        prev, self.threads = getattr(self, "threads", 1), n
+        return prev
 
 
 class FakeDrafter:
@@ -100,7 +102,9 @@ class FakeDrafter:
         del self.tokens[n_keep:]
 
     def set_threads(self, n):
-        return 1
+        self.thread_log = getattr(self, "thread_log", []) + [n]
+        prev, self.threads = getattr(self, "threads", 1), n
+        return prev
 
 
 def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Profile:

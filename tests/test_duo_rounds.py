@@ -172,3 +172,16 @@ def test_stop_request_ends_with_stats(method):
     assert last.done and last.stats["stop_reason"] == "stopped"
     assert last.stats["new_tokens"] == len(tokens) < 50
     assert len(events) == 3 and not last.tokens  # two rounds, then the closing event
+
+
+def test_cpu_prefills_use_every_core_then_hand_them_back():
+    """On a CPU-only machine duo prefills the target, then the draft, each with all cores,
+    and only then overlaps them at one thread each; the output stays the oracle's."""
+    target, drafter = FakeTarget(chain()), FakeDrafter(chain())
+    target.set_threads(1), drafter.set_threads(1)
+    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2)
+    assert tokens == vanilla()
+    assert target.thread_log[1:] == [2, 1] and drafter.thread_log[1:] == [2, 1]
+    assert drafter.calls[0] == (len(PROMPT) + 1, 0)  # the draft's prefill: no drafting yet
+    first = stats["rounds_log"][1]
+    assert first["drafted"] == 0 and first["draft_span"][1] > first["draft_span"][0]
