@@ -35,7 +35,7 @@ class GenConfig:
     max_seqs: int = 4
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
-    prefill_threads: int = 0  # duo: >0 runs the prefill alone with this many target threads
+    prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -160,6 +160,8 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True)
+    if run.cfg.prefill_threads:
+        _prefill_draft(run, drafter, worker)
     while True:
         start = time.perf_counter()
         gamma = run.draft_room(budget.gamma)

@@ -120,7 +120,7 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        if cfg.method == "duo" and not self.target.device.startswith("cuda"):
+        if cfg.method != "vanilla" and not self.target.device.startswith("cuda"):
             cfg = replace(cfg, prefill_threads=self.opts.cores)  # the draft shares the cores
         profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
         if cfg.method == "vanilla":

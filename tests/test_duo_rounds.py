@@ -185,3 +185,11 @@ def test_cpu_prefills_use_every_core_then_hand_them_back():
     assert drafter.calls[0] == (len(PROMPT) + 1, 0)  # the draft's prefill: no drafting yet
     first = stats["rounds_log"][1]
     assert first["drafted"] == 0 and first["draft_span"][1] > first["draft_span"][0]
+
+
+def test_sps_prefills_the_draft_with_every_core():
+    drafter = FakeDrafter(chain())
+    drafter.set_threads(1)
+    tokens, _, _ = run("sps", drafter, prefill_threads=2)
+    assert tokens == vanilla() and drafter.thread_log[1:] == [2, 1]
+    assert drafter.calls[0] == (len(PROMPT), 0)
