@@ -235,8 +235,8 @@ def _count_seqs(stats: GenerationStats, odds: FirstTokenOdds, chunk: Draft,
     if not chunk.first_ranking:
         return
     rank = chunk.rank_of(target_token)
-    row = stats.seq_confusion.setdefault(str(chunk.n_seqs), {})
-    row[str(rank or "other")] = row.get(str(rank or "other"), 0) + 1
+    row, key = stats.seq_confusion.setdefault(str(chunk.n_seqs), {}), str(rank or "other")
+    row[key] = row.get(key, 0) + 1
     odds.observe(chunk.first_top_p, rank)
 
 

@@ -56,6 +56,7 @@ class Pair:
         self.load_s = time.perf_counter() - t0
         self.profile = None
         self.odds = FirstTokenOdds()  # learned across this pair's generations
+        self._remeasured: set[tuple[int, int]] = set()
         self._progress = say
 
     def _vocab(self):
@@ -87,8 +88,10 @@ class Pair:
         from models.profiler import load_or_measure
 
         threads = self.apply_threads(method)
+        again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
-                                       remeasure or self.opts.remeasure, self._progress)
+                                       again, self._progress)
+        self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
         return self.profile
 
     def apply_threads(self, method: str) -> tuple[int, int]:
