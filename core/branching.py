@@ -88,6 +88,11 @@ def top_ids(p: np.ndarray, k: int = TOP_RANKS) -> list[int]:
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64) - np.max(logits)
-    e = np.exp(x)
-    return e / e.sum()
+    e = np.exp(logits.astype(np.float32, copy=False) - np.max(logits))
+    e /= e.sum()
+    return e
+
+
+def top_prob(logits: np.ndarray) -> float:
+    """The largest softmax probability, without building the distribution."""
+    return float(1.0 / np.exp(logits.astype(np.float32, copy=False) - np.max(logits)).sum())

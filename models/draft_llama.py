@@ -13,7 +13,7 @@ from llama_cpp import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
 from core.backends import Draft
-from core.branching import BranchPolicy, softmax, top_ids
+from core.branching import BranchPolicy, softmax, top_ids, top_prob
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
 set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
@@ -92,7 +92,7 @@ class LlamaDrafter:
         p_first = q0 if q0 is not None else self._masked_softmax(logits)
         ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
-        extra = branching.extra_firsts(p_first, float(softmax(logits2).max()), first, n)
+        extra = branching.extra_firsts(p_first, top_prob(logits2), first, n)
         steps = branching.steps(n, 1 + len(extra))
         seqs, rows = [[first]] + [[c] for c in extra], [[q0]] + [[q0] for _ in extra]
         self._fork(len(extra))
