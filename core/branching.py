@@ -49,6 +49,9 @@ class BranchPolicy:
 
     alpha: float = 0.9  # expected per-token acceptance, for pricing shorter sequences
     odds: FirstTokenOdds = field(default_factory=FirstTokenOdds)
+    # extra sequences must promise this much more than one: promoting a winning branch and
+    # the batch bookkeeping cost time the model leaves out
+    margin: float = 0.1
 
     def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int,
                      n: int = 8) -> list[int]:
@@ -65,7 +68,8 @@ class BranchPolicy:
         odds = dict(zip(ranked, self.odds.by_rank(p_first[ranked])))
         covered = np.cumsum([odds.get(chosen, 0.0)] + [odds[t] for t in passed])
         value = [covered[k] * self._accepted(self.steps(n, k + 1)) for k in range(len(covered))]
-        return passed[:int(np.argmax(value))]
+        best = int(np.argmax(value))
+        return passed[:best] if value[best] > (1 + self.margin) * value[0] else []
 
     def _accepted(self, steps: int) -> float:
         a = min(max(self.alpha, 0.01), 0.995)

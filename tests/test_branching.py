@@ -59,3 +59,12 @@ def test_learned_odds_decide_whether_branching_pays():
     for _ in range(100):  # the target picks the runner-up as often as the top token
         policy.odds.observe(0.4, 2)
     assert policy.extra_firsts(P_FIRST, 0.5, chosen=0, n=12) == [1]
+
+
+def test_a_marginal_gain_keeps_one_sequence():
+    """Coverage 0.40 -> 0.43 at free batching: 7.5% more, under the 10% margin."""
+    p = np.array([0.40, 0.03, 0.02])
+    free = {1: 1.0, 2: 1.0}
+    assert BranchPolicy(max_seqs=2, theta_scale=0.01, step_s=free).extra_firsts(p, 0.5, 0) == []
+    assert BranchPolicy(max_seqs=2, theta_scale=0.01, step_s=free, margin=0.0) \
+        .extra_firsts(p, 0.5, 0) == [1]
