@@ -67,7 +67,8 @@ class BranchPolicy:
         passed = [t for t in order if p_first[t] > theta][:self.max_seqs - 1]
         odds = dict(zip(ranked, self.odds.by_rank(p_first[ranked])))
         covered = np.cumsum([odds.get(chosen, 0.0)] + [odds[t] for t in passed])
-        value = [covered[k] * self._accepted(self.steps(n, k + 1)) for k in range(len(covered))]
+        value = [covered[k] * self._accepted(self.steps(n, k + 1)) if self.fits(n, k + 1)
+                 else 0.0 for k in range(len(covered))]
         best = int(np.argmax(value))
         return passed[:best] if value[best] > (1 + self.margin) * value[0] else []
 
@@ -79,9 +80,15 @@ class BranchPolicy:
         """Tokens per sequence when k sequences share the time of n single-sequence steps."""
         if k <= 1:
             return n
+        return max(2, min(n, int(round(n / self._ratio(k)))))
+
+    def fits(self, n: int, k: int) -> bool:
+        """Whether k sequences of at least 2 tokens fit the time of n single steps."""
+        return k <= 1 or n / self._ratio(k) >= 1.5
+
+    def _ratio(self, k: int) -> float:
         one, many = self.step_s.get(1), self.step_s.get(k)
-        ratio = many / one if one and many else 1.0 + 0.25 * (k - 1)
-        return max(2, min(n, int(round(n / ratio))))
+        return many / one if one and many else 1.0 + 0.25 * (k - 1)
 
 
 def top_ids(p: np.ndarray, k: int = TOP_RANKS) -> list[int]:

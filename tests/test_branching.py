@@ -68,3 +68,14 @@ def test_a_marginal_gain_keeps_one_sequence():
     assert BranchPolicy(max_seqs=2, theta_scale=0.01, step_s=free).extra_firsts(p, 0.5, 0) == []
     assert BranchPolicy(max_seqs=2, theta_scale=0.01, step_s=free, margin=0.0) \
         .extra_firsts(p, 0.5, 0) == [1]
+
+
+def test_sequences_that_do_not_fit_the_time_are_not_drafted():
+    """3 or 4 sequences at 3.1x / 3.9x a single step: 4 single steps' time gives each about
+    one token, under the 2 a sequence drafts at least; only 2 sequences (2 tokens each) fit."""
+    costly = BranchPolicy(max_seqs=4, theta_scale=0.01, step_s={1: 1.0, 2: 2.3, 3: 3.1, 4: 3.9})
+    for _ in range(100):  # the target's token is spread over the first four ranks
+        for rank in (1, 2, 3, 4):
+            costly.odds.observe(0.4, rank)
+    assert costly.extra_firsts(P_FIRST, 0.5, chosen=0, n=4) == [1]
+    assert not costly.fits(4, 4) and costly.fits(12, 4)
