@@ -54,16 +54,17 @@ class BranchPolicy:
     margin: float = 0.1
 
     def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int,
-                     n: int = 8) -> list[int]:
+                     n: int = 8, ranked: list[int] | None = None) -> list[int]:
         """First tokens of the extra sequences, most likely first. Of those that pass theta,
         keep as many as maximise P(the target's token starts a sequence) x expected accepted
         tokens of a sequence, given that k sequences share the time of n single steps.
-        P(the target's token is a candidate) comes from the learned odds by rank."""
-        ranked = top_ids(p_first)
+        P(the target's token is a candidate) comes from the learned odds by rank.
+        `ranked`: top_ids(p_first), when the caller has it already."""
+        ranked = top_ids(p_first) if ranked is None else ranked
         order = [t for t in ranked if t != chosen]
         if self.static_k:
             return [t for t in order if p_first[t] > 0][:self.static_k - 1]
-        theta = float(p_first.max()) * p_second_top * self.theta_scale
+        theta = float(p_first[ranked[0]]) * p_second_top * self.theta_scale
         passed = [t for t in order if p_first[t] > theta][:self.max_seqs - 1]
         odds = dict(zip(ranked, self.odds.by_rank(p_first[ranked])))
         covered = np.cumsum([odds.get(chosen, 0.0)] + [odds[t] for t in passed])
@@ -80,15 +81,20 @@ class BranchPolicy:
         """Tokens per sequence when k sequences share the time of n single-sequence steps."""
         if k <= 1:
             return n
-        return max(2, min(n, int(round(n / self._ratio(k)))))
+        return max(2, min(n, int(round(n / step_ratio(self.step_s, k)))))
 
     def fits(self, n: int, k: int) -> bool:
         """Whether k sequences of at least 2 tokens fit the time of n single steps."""
-        return k <= 1 or n / self._ratio(k) >= 1.5
+        return k <= 1 or n / step_ratio(self.step_s, k) >= 1.5
 
-    def _ratio(self, k: int) -> float:
-        one, many = self.step_s.get(1), self.step_s.get(k)
-        return many / one if one and many else 1.0 + 0.25 * (k - 1)
+
+def step_ratio(step_s: dict, k: int) -> float:
+    """Cost of one batched k-sequence draft step in single steps, from the measured step
+    times (k -> seconds); a guess of +25% per extra sequence where unmeasured."""
+    if k <= 1:
+        return 1.0
+    one, many = step_s.get(1), step_s.get(k)
+    return many / one if one and many else 1.0 + 0.25 * (k - 1)
 
 
 def top_ids(p: np.ndarray, k: int = TOP_RANKS) -> list[int]:

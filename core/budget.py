@@ -53,11 +53,6 @@ class DraftBudget:
     def draft_s(self, n: int) -> float:
         return n * self.profile.draft_token_s * self.draft_scale
 
-    def step_ratio(self, k: int) -> float:
-        """Cost of one batched k-sequence draft step in single steps (1 when unmeasured)."""
-        one, many = self.profile.draft_step_s.get(1), self.profile.draft_step_s.get(k)
-        return many / one if k > 1 and one and many else 1.0
-
     def verify_s(self, n: int) -> float:
         return self.profile.verify(n) * self.verify_scale
 

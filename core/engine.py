@@ -4,13 +4,13 @@ Events, so streaming is free."""
 from __future__ import annotations
 
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 
 from core.backends import Draft, Drafter, Target
-from core.branching import BranchPolicy, FirstTokenOdds
+from core.branching import BranchPolicy, FirstTokenOdds, step_ratio
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats, RoundRecord
 from core.output import Event, Output
@@ -57,7 +57,7 @@ class Run:
     """One generation: the context, the output, the stats, and the verify step."""
 
     def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
-                 decode: Callable[[list[int]], str]):
+                 decode: Callable[[list[int]], str], odds: FirstTokenOdds | None = None):
         cfg.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -68,7 +68,7 @@ class Run:
         self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
         self.t0 = time.perf_counter()
         self.last_scored = 0
-        self.odds = FirstTokenOdds()  # generate() may hand in the pair's learned odds
+        self.odds = odds if odds is not None else FirstTokenOdds()
         target.rollback(0)
 
     def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
@@ -119,12 +119,10 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `odds`: first-token odds learned by earlier
     generations of this pair (multi-sequence drafting), updated in place."""
-    run = Run(target, prompt, cfg, decode)
+    run = Run(target, prompt, cfg, decode, odds)
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
-    if odds is not None:
-        run.odds = odds
     budget = None
     if cfg.method != "vanilla":
         budget = DraftBudget(profile or _flat_profile(), overlap=cfg.method == "duo",
@@ -240,10 +238,19 @@ def _count_seqs(stats: GenerationStats, odds: FirstTokenOdds, chunk: Draft,
     odds.observe(chunk.first_top_p, rank)
 
 
+@contextmanager
+def _threads(backend: Target | Drafter, n: int) -> Iterator[None]:
+    """Run the block with n threads on `backend`, then give back its own count."""
+    prev = backend.set_threads(n)
+    try:
+        yield
+    finally:
+        backend.set_threads(prev)
+
+
 def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
-    prev = run.target.set_threads(run.cfg.prefill_threads)
-    verdict, vspan = run.verify(Draft())
-    run.target.set_threads(prev)
+    with _threads(run.target, run.cfg.prefill_threads):
+        verdict, vspan = run.verify(Draft())
     _record(run, vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
     run.stats.gammas_used[budget.gamma] += 1
     return run.commit(Draft(), verdict)
@@ -252,11 +259,8 @@ def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
 def _prefill_draft(run: Run, drafter: Drafter, worker: DraftWorker) -> None:
     """The draft's prompt prefill with all cores too (a long prompt at one thread would
     leave the target decoding alone, token by token, for seconds)."""
-    prev = drafter.set_threads(run.cfg.prefill_threads)
-    try:
+    with _threads(drafter, run.cfg.prefill_threads):
         done = worker.submit(run.ctx, 0).result()
-    finally:
-        drafter.set_threads(prev)
     run.stats.draft_busy_s += done.busy_s
     _record(run, done.span[0], done.span, (done.span[0], done.span[0]), 0, 0)
 
@@ -284,7 +288,7 @@ def _observe(run: Run, budget: DraftBudget, rec: RoundRecord, trials: int, passe
     length (a prefill round is no sample of verify time)."""
     run.stats.gammas_used[budget.gamma] += 1
     scored = run.last_scored if run.last_scored == rec.drafted + 1 else 0
-    n = len(chunk) * budget.step_ratio(chunk.n_seqs) if chunk else 0  # in single steps
+    n = len(chunk) * step_ratio(budget.profile.draft_step_s, chunk.n_seqs) if chunk else 0
     budget.observe(trials, passed, draft_s=chunk.busy_s - chunk.sync_s if n else 0.0,
                    draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
                    verify_n=scored)

@@ -92,7 +92,7 @@ class LlamaDrafter:
         p_first = q0 if q0 is not None else self._masked_softmax(logits)
         ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
-        extra = branching.extra_firsts(p_first, top_prob(logits2), first, n)
+        extra = branching.extra_firsts(p_first, top_prob(logits2), first, n, ranked=ranking)
         steps = branching.steps(n, 1 + len(extra))
         seqs, rows = [[first]] + [[c] for c in extra], [[q0]] + [[q0] for _ in extra]
         self._fork(len(extra))
@@ -108,7 +108,7 @@ class LlamaDrafter:
                         todo.append((tok, s))
             ready = dict(zip([s for _, s in todo], self._decode_batch(todo))) if todo else {}
             todo = []
-        return seqs, rows, ranking, float(p_first.max())
+        return seqs, rows, ranking, float(p_first[ranking[0]])
 
     def _fork(self, n_extra: int) -> None:
         """Sequences 1..n_extra share the prefix (all but seq 0's first draft token)."""

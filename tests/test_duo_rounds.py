@@ -159,13 +159,11 @@ def test_branched_chunks_do_not_look_like_a_slow_draft():
 
 @pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
 def test_stop_request_ends_with_stats(method):
-    seen = []
     drafter = None if method == "vanilla" else FakeDrafter(chain())
     cfg = GenConfig(method=method, max_new_tokens=50, gamma=3)
     events = []
     for ev in generate(FakeTarget(chain()), drafter, PROMPT, cfg, decode, fake_profile(),
-                       stop=lambda: len(seen) >= 2):
-        seen.append(ev)
+                       stop=lambda: len(events) >= 2):
         events.append(ev)
     tokens = [t for e in events for t in e.tokens]
     last = events[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from llama_cpp import llama_cpp as C
 
+from core import branching
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.engine import GenConfig
 from core.sampling import PositionRng, SamplingConfig
@@ -29,7 +30,7 @@ def oracle(smol_pair):
 def test_greedy_identical_with_multi_seq(smol_pair, oracle, options, monkeypatch):
     if "theta_scale" in options:  # on this CPU a batched step costs 2-4 single ones and the
         # policy rightly keeps one sequence: make batching free and start the odds afresh
-        monkeypatch.setattr(BranchPolicy, "_ratio", lambda self, k: 1.0)
+        monkeypatch.setattr(branching, "step_ratio", lambda step_s, k: 1.0)
         monkeypatch.setattr(smol_pair, "odds", FirstTokenOdds())
     seqs = {}
     for prompt, (ids, expected) in oracle.items():
