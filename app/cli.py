@@ -11,12 +11,25 @@ from core.engine import METHODS, GenConfig
 from core.sampling import SamplingConfig
 
 DEFAULT_PAIR = "smol-self"
+TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help="pair name (see download_models.py --list)")
     p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
     p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
+    p.add_argument("--target-dtype", default="auto",
+                   help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
+                        "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster)")
+
+
+def load_options(args):
+    if args.target_dtype not in TARGET_DTYPES:
+        raise ValueError(f"--target-dtype must be one of {', '.join(TARGET_DTYPES)}, "
+                         f"got '{args.target_dtype}'")
+    from models.loader import LoadOptions
+
+    return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

@@ -14,20 +14,17 @@ from pathlib import Path
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app calls no one home
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli import DEFAULT_PAIR, fail, quiet_logs  # noqa: E402
+from app.cli import add_model_args, fail, load_options, quiet_logs  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="DuoDecoding chat app")
-    p.add_argument("--pair", default=DEFAULT_PAIR, help="pair to load at start")
+    add_model_args(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also make a public gradio.live link")
-    p.add_argument("--device", default=None,
-                   help="target device: cuda, cpu (default: cuda if present)")
-    p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
     return p.parse_args(argv)
 
 
@@ -38,15 +35,15 @@ def main(argv=None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         get_pair(args.pair)
-    except PairError as e:
+        options = load_options(args)
+    except (PairError, ValueError) as e:
         fail(str(e))
     from app.host import ModelHost, real_pair
     from app.ui import CSS, App, build
-    from models.loader import LoadOptions
 
     import gradio as gr
 
-    host = ModelHost(real_pair(LoadOptions(device=args.device, remeasure=args.remeasure)))
+    host = ModelHost(real_pair(options))
     host.start_loading(args.pair)  # in the background: the page is up meanwhile
     demo = build(App(host, args.pair))
     demo.queue(default_concurrency_limit=1)

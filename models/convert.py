@@ -56,6 +56,7 @@ def _convert(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                  dtype=torch.float32)
     tok.save_pretrained(str(tmp))
+    model.config.quantization_config = None  # the saved weights are plain, dequantized
     model.config.save_pretrained(str(tmp))
     if model.generation_config is not None:
         model.generation_config.save_pretrained(str(tmp))

@@ -15,7 +15,7 @@ from core.vocab import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.memory import check_folder_fits
-from models.target_torch import pick_device
+from models.target_torch import pick_device, pick_dtype
 
 log = logging.getLogger("duo.loader")
 
@@ -23,6 +23,7 @@ log = logging.getLogger("duo.loader")
 @dataclass
 class LoadOptions:
     device: str | None = None  # None: cuda when present, else cpu
+    dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     n_ctx: int = 4096
     remeasure: bool = False  # profile the draft budget again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -46,8 +47,9 @@ class Pair:
         model_dir = converted_dir(_check_gguf(target_file), say) if kind == "gguf" else target_file
         device = self.opts.device or pick_device()
         check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
-        say(f"loading target {target_file.name} on {device}")
-        self.target = TorchTarget(model_dir, device)
+        dtype = pick_dtype(device, self.opts.dtype)
+        say(f"loading target {target_file.name} on {device} ({dtype})")
+        self.target = TorchTarget(model_dir, device, dtype=dtype)
         self.target.n_ctx = min(self.target.n_ctx, self.opts.n_ctx)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         say(f"loading draft {draft_gguf.name} on the CPU")
@@ -134,6 +136,7 @@ class Pair:
             if ev.stats is not None:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
+                ev.stats["target_dtype"] = self.target.dtype
             yield ev
 
     def clear_draft_cache(self) -> None:
@@ -143,7 +146,8 @@ class Pair:
 
     def placement(self) -> dict:
         draft_n, _ = self.threads_for("duo")
-        return {"draft": f"CPU, {draft_n} thread(s)", "target": self.target.device_name()}
+        return {"draft": f"CPU, {draft_n} thread(s)",
+                "target": f"{self.target.device_name()}, {self.target.dtype}"}
 
     def close(self) -> None:
         self.drafter.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
-                     quiet_logs)
+                     load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 
@@ -172,6 +172,7 @@ def machine(pair, methods) -> dict:
     import torch
     return {"platform": platform.platform(), "cpu": _cpu(), "cores": pair.opts.cores,
             "torch": torch.__version__, "target_device": pair.target.device_name(),
+            "target_dtype": pair.target.dtype,
             "threads": {m: dict(zip(("draft", "target"), pair.threads_for(m.split("-")[0])))
                         for m in methods},
             "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -222,8 +223,8 @@ def main(argv=None) -> None:
             method_config(args, m)
         questions = load_questions(args.questions, args.limit_per_category)
         get_pair(args.pair)
-        from models.loader import LoadOptions, Pair
-        pair = Pair(args.pair, LoadOptions(device=args.device, remeasure=args.remeasure))
+        from models.loader import Pair
+        pair = Pair(args.pair, load_options(args))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
     except (PairError, ValueError, OSError) as e:

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
-                     quiet_logs)
+                     load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 
@@ -44,9 +44,9 @@ def run(args) -> dict:
     cfg = gen_config(args, args.method)
     prompt = read_prompt(args)
     get_pair(args.pair)  # unknown pair: fail before loading anything
-    from models.loader import LoadOptions, Pair
+    from models.loader import Pair
 
-    pair = Pair(args.pair, LoadOptions(device=args.device, remeasure=args.remeasure))
+    pair = Pair(args.pair, load_options(args))
     ids = pair.prompt_ids(prompt, raw=args.raw)
     tokens, text, stats = [], [], {}
     for ev in pair.generate(ids, cfg):
