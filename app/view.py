@@ -185,6 +185,12 @@ def identical_note(results: dict[str, dict], greedy: bool) -> str:
     if len(done) < len(results) or len(done) < 2:
         return ""
     same = all(r["ids"] == done[0]["ids"] for r in done)
+    dtype = done[0]["stats"].get("target_dtype", "float32")
+    if greedy and not same and dtype != "float32":
+        return (f"**Greedy: the texts part** — expected now and then with a {dtype} target: "
+                "one forward over many tokens rounds differently from one token at a time, so "
+                "where the target's two best tokens tie within rounding either may come out. "
+                "Load with `--target-dtype float32` for token-identical output.")
     if greedy:
         return ("**Greedy: all texts are identical** — speculative decoding is lossless." if same
                 else "**Greedy: the texts differ** — this should not happen; please report it.")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from app.view import identical_note
 from models.catalog import PairError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +178,16 @@ def test_compare_greedy_texts_identical(app):
     assert "all texts are identical" in table
     for method in ("vanilla", "sps", "duo"):
         assert f"| {method} |" in table
+
+
+@pytest.mark.parametrize("dtype,needle", [("float32", "should not happen"),
+                                          ("bfloat16", "expected now and then with a bfloat16")])
+def test_compare_note_on_parted_greedy_texts(dtype, needle):
+    stats = {"target_dtype": dtype}
+    parted = {"vanilla": {"ids": [1, 2], "stats": stats}, "duo": {"ids": [1, 3], "stats": stats}}
+    assert needle in identical_note(parted, greedy=True)
+    same = {m: {"ids": [1, 2], "stats": stats} for m in ("vanilla", "duo")}
+    assert "all texts are identical" in identical_note(same, greedy=True)
 
 
 # -- ModelHost with a fake pair factory (no models, fast) ----------------------------------
