@@ -12,6 +12,7 @@ from core.sampling import SamplingConfig
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
+DRAFT_FORMATS = ("auto", "original", "q8_0")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -21,15 +22,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster)")
+    p.add_argument("--draft-format", default="auto",
+                   help=f"draft weights: {', '.join(DRAFT_FORMATS)} (auto: the faster on this "
+                        "CPU of the GGUF as shipped and a Q8_0 copy of it)")
 
 
 def load_options(args):
-    if args.target_dtype not in TARGET_DTYPES:
-        raise ValueError(f"--target-dtype must be one of {', '.join(TARGET_DTYPES)}, "
-                         f"got '{args.target_dtype}'")
+    for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
+                               ("--draft-format", args.draft_format, DRAFT_FORMATS)):
+        if value not in known:
+            raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     from models.loader import LoadOptions
 
-    return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype)
+    return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
+                       draft_format=args.draft_format)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

@@ -38,10 +38,10 @@ def converted_dir(gguf: Path, progress=None) -> Path:
     out = cache_root() / "converted" / file_hash(gguf)[:32]
     if (out / "model.safetensors").exists():
         return out
-    _say(progress, f"converting {gguf.name} to PyTorch weights (first load only; 20-60 s)")
+    say(progress, f"converting {gguf.name} to PyTorch weights (first load only; 20-60 s)")
     t0 = time.perf_counter()
     _convert(gguf, out)
-    _say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
+    say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
     return out
 
 
@@ -64,7 +64,7 @@ def _convert(gguf: Path, out: Path) -> None:
     tmp.rename(out)
 
 
-def _say(progress, msg: str) -> None:
+def say(progress, msg: str) -> None:
     log.info(msg)
     if progress is not None:
         progress(msg)

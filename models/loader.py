@@ -14,6 +14,7 @@ from core.output import Event
 from core.vocab import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
+from models.draft_format import pick_draft
 from models.memory import check_folder_fits
 from models.target_torch import pick_device, pick_dtype
 
@@ -24,6 +25,7 @@ log = logging.getLogger("duo.loader")
 class LoadOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
+    draft_format: str = "auto"  # draft weights: auto (the faster here), original, q8_0
     n_ctx: int = 4096
     remeasure: bool = False  # profile the draft budget again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -43,7 +45,9 @@ class Pair:
         say = progress or (lambda m: log.info(m))
         t0 = time.perf_counter()
         kind, target_file = target_source(self.spec)
-        draft_gguf = _check_gguf(draft_path(self.spec))
+        self.draft_format = pick_draft(_check_gguf(draft_path(self.spec)),
+                                       self.opts.draft_format, say)
+        draft_gguf = self.draft_format.path
         model_dir = converted_dir(_check_gguf(target_file), say) if kind == "gguf" else target_file
         device = self.opts.device or pick_device()
         check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
@@ -137,6 +141,7 @@ class Pair:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
+                ev.stats["draft_format"] = self.draft_format.to_dict()
             yield ev
 
     def clear_draft_cache(self) -> None:
@@ -146,7 +151,8 @@ class Pair:
 
     def placement(self) -> dict:
         draft_n, _ = self.threads_for("duo")
-        return {"draft": f"CPU, {draft_n} thread(s)",
+        fmt = self.draft_format
+        return {"draft": f"CPU, {draft_n} thread(s), {fmt.path.name} ({fmt.kind})",
                 "target": f"{self.target.device_name()}, {self.target.dtype}"}
 
     def close(self) -> None:

@@ -1,0 +1,73 @@
+"""The draft's weight format: a Q8_0 copy made once, drafting like the original; `auto` keeps
+whichever was faster here and remembers it."""
+from __future__ import annotations
+
+import pytest
+
+import models.draft_format as fmt
+from core.sampling import PositionRng, SamplingConfig
+from core.vocab import IdentityVocab
+from models.catalog import draft_path, get_pair
+
+
+@pytest.fixture
+def shipped():
+    return draft_path(get_pair("smol-self"))
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def greedy_next(path, tokens: list[int], start: int) -> list[int]:
+    """The draft's greedy token after each prefix tokens[:i], i >= start (teacher forcing)."""
+    from models.draft_llama import LlamaDrafter
+
+    d = LlamaDrafter(path, n_ctx=len(tokens) + 8)
+    d.vocab = IdentityVocab(d.n_vocab, d.n_vocab)
+    try:
+        return [d.propose(tokens[:i], 1, SamplingConfig(), PositionRng(0, 1)).tokens[0]
+                for i in range(start, len(tokens))]
+    finally:
+        d.close()
+
+
+def test_q8_copy_is_made_once_and_drafts_like_the_original(smol_pair, shipped, own_cache):
+    copy = fmt.q8_copy(shipped)
+    made = copy.stat().st_mtime_ns
+    assert fmt.q8_copy(shipped) == copy and copy.stat().st_mtime_ns == made
+    assert fmt.file_type(shipped) == "Q4_1" and fmt.file_type(copy) == "Q8_0"
+    text = ("The water cycle moves water between the oceans, the air and the land. The sun "
+            "warms the sea, water evaporates, rises, cools and condenses into clouds.")
+    ids = smol_pair.tokenizer(text)["input_ids"]
+    a, b = greedy_next(shipped, ids, 4), greedy_next(copy, ids, 4)
+    agree = sum(x == y for x, y in zip(a, b)) / len(a)
+    assert agree >= 0.9, f"the Q8_0 copy agrees with the original on {agree:.0%} of tokens"
+
+
+@pytest.mark.parametrize("faster", ["original", "q8_0"])
+def test_auto_keeps_the_faster_and_remembers(shipped, own_cache, monkeypatch, faster):
+    timed = []
+
+    def fake_seconds(path):
+        timed.append(path)
+        return 1.0 if (path == shipped) == (faster == "original") else 2.0
+
+    monkeypatch.setattr(fmt, "draft_seconds", fake_seconds)
+    first = fmt.pick_draft(shipped, "auto")
+    again = fmt.pick_draft(shipped, "auto")
+    assert first.kind == again.kind == faster and len(timed) == 2
+    assert (first.path == shipped) == (faster == "original")
+    assert "Q4_1 1000 ms" in first.reason or "Q4_1 2000 ms" in first.reason
+
+
+def test_eight_bit_and_original_stay_as_they_are(shipped, own_cache):
+    copy = fmt.q8_copy(shipped)
+    kept = fmt.pick_draft(copy, "auto")
+    assert kept.path == copy and kept.kind == "original" and "already Q8_0" in kept.reason
+    assert fmt.pick_draft(shipped, "original").path == shipped
+    assert fmt.pick_draft(shipped, "q8_0").path == copy
+    with pytest.raises(ValueError, match="unknown draft format 'q2'; known: auto, original"):
+        fmt.pick_draft(shipped, "q2")
