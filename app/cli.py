@@ -12,7 +12,7 @@ from core.sampling import SamplingConfig
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
-DRAFT_FORMATS = ("auto", "original", "q8_0")
+DRAFT_FORMATS = ("original", "q8_0")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -22,9 +22,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster)")
-    p.add_argument("--draft-format", default="auto",
-                   help=f"draft weights: {', '.join(DRAFT_FORMATS)} (auto: the faster on this "
-                        "CPU of the GGUF as shipped and a Q8_0 copy of it)")
+    p.add_argument("--draft-format", default="original",
+                   help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
+                        "smaller draft: faster prefill, for long prompts)")
 
 
 def load_options(args):

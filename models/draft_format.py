@@ -1,27 +1,22 @@
-"""The draft's weight format for this CPU.
+"""The draft's weight format: the GGUF as shipped, or a Q8_0 copy of it.
 
-llama.cpp runs some GGUF types much faster than others: on this AVX-512 machine a Q8_0 copy of
-the SmolLM2 Q4_1 draft decodes about 8% faster and prefills twice as fast. Requantizing a
-sub-8-bit draft to Q8_0 moves each weight by a few percent of its 4-bit step, so the draft
-proposes almost the same tokens (the output is the target's either way). `auto` times the
-original and the copy once per machine and keeps the faster; larger, memory-bound drafts may
-stay as they are.
+llama.cpp runs some GGUF types much faster than others. On this AVX-512 machine a Q8_0 copy
+of the SmolLM2 Q4_1 draft prefills twice as fast (700 tokens: 1.4 s instead of 2.8 s on one
+thread) and decodes 8% faster, but proposes slightly different tokens. Side by side it paid
+on long prompts and cost a little on short ones (README, *Draft format*), so it is a choice.
 """
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from models.catalog import PairError
 from models.convert import cache_root, file_hash, say
 
-FORMATS = ("auto", "original", "q8_0")
+FORMATS = ("original", "q8_0")
 EIGHT_BITS_OR_MORE = {"F32", "F16", "BF16", "Q8_0"}
-BENCH_PROMPT, BENCH_DRAFT = 256, 32  # tokens: a short prompt's prefill, then decoding
 
 
 @dataclass
@@ -34,19 +29,16 @@ class DraftFormat:
         return {"file": self.path.name, "kind": self.kind, "reason": self.reason}
 
 
-def pick_draft(path: Path, mode: str = "auto", progress=None) -> DraftFormat:
+def pick_draft(path: Path, mode: str = "original", progress=None) -> DraftFormat:
     """The GGUF the draft runs from: `path` itself or its Q8_0 copy (made once, cached)."""
     if mode not in FORMATS:
         raise ValueError(f"unknown draft format '{mode}'; known: {', '.join(FORMATS)}")
-    ftype = file_type(path)
     if mode == "original":
-        return DraftFormat(path, "original", "asked for the original file")
+        return DraftFormat(path, "original", "the file as shipped")
+    ftype = file_type(path)
     if ftype in EIGHT_BITS_OR_MORE:
-        return DraftFormat(path, "original", f"already {ftype}: a Q8_0 copy would not be faster")
-    copy = q8_copy(path, progress)
-    if mode == "q8_0":
-        return DraftFormat(copy, "q8_0", f"asked for a Q8_0 copy of the {ftype} file")
-    return _timed_choice(path, copy, ftype, progress)
+        return DraftFormat(path, "original", f"already {ftype}: no Q8_0 copy needed")
+    return DraftFormat(q8_copy(path, progress), "q8_0", f"Q8_0 copy of the {ftype} file")
 
 
 def file_type(path: Path) -> str:
@@ -80,42 +72,3 @@ def q8_copy(path: Path, progress=None) -> Path:
                         "try --draft-format original")
     tmp.replace(out)
     return out
-
-
-def _timed_choice(original: Path, copy: Path, ftype: str, progress) -> DraftFormat:
-    from models.profiler import machine_key
-
-    memo = cache_root() / "draft_formats.json"
-    key = f"{machine_key()}|{file_hash(original)}"
-    known = json.loads(memo.read_text()) if memo.exists() else {}
-    if key not in known:
-        say(progress, f"timing the draft as {ftype} and as Q8_0 (first load only)")
-        known[key] = {"original": draft_seconds(original), "q8_0": draft_seconds(copy)}
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_text(json.dumps(known, indent=1))
-    t = known[key]
-    kind = "q8_0" if t["q8_0"] < t["original"] else "original"
-    reason = (f"{BENCH_PROMPT}-token prefill + {BENCH_DRAFT} tokens on one thread: "
-              f"{ftype} {t['original'] * 1e3:.0f} ms, Q8_0 copy {t['q8_0'] * 1e3:.0f} ms")
-    return DraftFormat(copy if kind == "q8_0" else original, kind, reason)
-
-
-def draft_seconds(path: Path, repeats: int = 2) -> float:
-    """Best time, on one thread, to prefill a short prompt and then draft from it."""
-    from core.sampling import PositionRng, SamplingConfig
-    from core.vocab import IdentityVocab
-    from models.draft_llama import LlamaDrafter
-
-    drafter = LlamaDrafter(path, n_threads=1, n_ctx=BENCH_PROMPT + BENCH_DRAFT + 8)
-    drafter.vocab = IdentityVocab(drafter.n_vocab, drafter.n_vocab)
-    prompt = [100 + (i * 37) % 1000 for i in range(BENCH_PROMPT)]
-    best = float("inf")
-    try:
-        for _ in range(repeats):
-            drafter.rollback(0)
-            t0 = time.perf_counter()
-            drafter.propose(prompt, BENCH_DRAFT, SamplingConfig(), PositionRng(0, 1))
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        drafter.close()
-    return best

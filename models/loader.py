@@ -25,7 +25,7 @@ log = logging.getLogger("duo.loader")
 class LoadOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
-    draft_format: str = "auto"  # draft weights: auto (the faster here), original, q8_0
+    draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
     n_ctx: int = 4096
     remeasure: bool = False  # profile the draft budget again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)

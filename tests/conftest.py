@@ -17,3 +17,22 @@ def smol_pair():
     pair = Pair("smol-self")
     yield pair
     pair.close()
+
+
+@pytest.fixture(scope="module")
+def pair_with(smol_pair):
+    """smol-self loaded with other LoadOptions; the budget reuses smol_pair's profile (the
+    options' speed is not what these tests check)."""
+    import models.profiler as profiler
+    from models.loader import LoadOptions, Pair
+
+    profile, pairs = smol_pair.ensure_profile("duo"), []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiler, "load_or_measure", lambda *a, **k: profile)
+
+        def load(**options):
+            pairs.append(Pair("smol-self", LoadOptions(**options)))
+            return pairs[-1]
+        yield load
+    for pair in pairs:
+        pair.close()

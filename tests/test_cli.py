@@ -63,7 +63,7 @@ def test_prompt_file_and_streaming(tmp_path):
     (["--prompt", "x", "--top-p", "1.5"], "top-p"),
     (["--prompt", "x", "--gamma", "many"], "gamma"),
     (["--prompt", "x", "--target-dtype", "int3"], "--target-dtype must be one of auto"),
-    (["--prompt", "x", "--draft-format", "q2"], "--draft-format must be one of auto"),
+    (["--prompt", "x", "--draft-format", "q2"], "--draft-format must be one of original"),
     (["--prompt-file", "/does/not/exist.txt"], "cannot read prompt file"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import models.profiler as profiler
 from core.engine import GenConfig
 from models.target_torch import pick_dtype
 
@@ -27,15 +26,8 @@ def test_dtype_defaults_and_errors():
 
 
 @pytest.fixture(scope="module")
-def bf16_pair(smol_pair):
-    from models.loader import LoadOptions, Pair
-
-    profile = smol_pair.ensure_profile("duo")  # the budget's profile is not what is tested
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(profiler, "load_or_measure", lambda *a, **k: profile)
-        pair = Pair("smol-self", LoadOptions(dtype="bfloat16"))
-        yield pair
-        pair.close()
+def bf16_pair(pair_with):
+    return pair_with(dtype="bfloat16")
 
 
 def tokens(pair, ids, method):
