@@ -83,21 +83,19 @@ def run_one(pair, ids, cfg) -> dict:
     return stats
 
 
-def run_all(pair, questions, methods, args, log) -> dict[str, list]:
-    """Methods interleaved per prompt, so machine noise hits them alike."""
-    cfgs = {m: method_config(args, m) for m in methods}
-    warm = pair.prompt_ids("Warm up: say one word.", raw=args.raw)
-    for m, cfg in cfgs.items():  # warm-up (and the one-time budget profile)
-        run_one(pair, warm, _short(cfg))
-    results: dict[str, list] = {m: [] for m in methods}
+def run_all(runs: dict, questions, raw: bool, log) -> dict[str, list]:
+    """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
+    alike."""
+    for pair, cfg in runs.values():  # warm-up (and the one-time budget profile)
+        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
+    results: dict[str, list] = {label: [] for label in runs}
     for i, q in enumerate(questions, 1):
-        ids = pair.prompt_ids(q["prompt"], raw=args.raw)
-        for m, cfg in cfgs.items():
-            s = run_one(pair, ids, cfg)
+        for label, (pair, cfg) in runs.items():
+            s = run_one(pair, pair.prompt_ids(q["prompt"], raw=raw), cfg)
             s["category"], s["question_id"] = q["category"], q["id"]
-            results[m].append(s)
+            results[label].append(s)
         log(f"[{i}/{len(questions)}] {q['category']}: " + ", ".join(
-            f"{m} {results[m][-1]['tokens_per_s']:.1f}" for m in methods) + " tok/s")
+            f"{label} {results[label][-1]['tokens_per_s']:.1f}" for label in runs) + " tok/s")
     return results
 
 
@@ -230,7 +228,8 @@ def main(argv=None) -> None:
     except (PairError, ValueError, OSError) as e:
         fail(str(e))
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = run_all(pair, questions, methods, args, log)
+    runs = {m: (pair, method_config(args, m)) for m in methods}
+    results = run_all(runs, questions, args.raw, log)
     report = {"machine": machine(pair, methods), "methods": summarize(results),
               "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                            "questions": args.questions, "prompts": len(questions)}}

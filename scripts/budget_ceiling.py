@@ -13,16 +13,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import add_model_args, fail, load_options, quiet_logs  # noqa: E402
-from core.budget import MAX_GAMMA, DraftBudget  # noqa: E402
+from core.budget import DraftBudget  # noqa: E402
 from models.catalog import PairError  # noqa: E402
 
 ALPHAS = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99, 0.999)
 
 
 def best(profile, overlap: bool, alpha: float) -> tuple[int, float]:
+    """The gamma the budget picks at this acceptance, and its expected tokens/s."""
     budget = DraftBudget(profile, overlap=overlap, alpha=alpha)
-    return max(((g, budget.expected_rate(g)) for g in range(1, MAX_GAMMA + 1)),
-               key=lambda x: x[1])
+    return budget.gamma, budget.expected_rate(budget.gamma)
 
 
 def main(argv=None) -> None:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cli import fail, quiet_logs  # noqa: E402
 from core.engine import GenConfig  # noqa: E402
 from models.catalog import PairError  # noqa: E402
-from scripts.benchmark import load_questions, run_one  # noqa: E402
+from scripts.benchmark import aggregate, load_questions, run_all  # noqa: E402
 
 FORMATS = ("original", "q8_0")
 
@@ -43,23 +43,15 @@ def main(argv=None) -> None:
         pairs = {f: Pair(args.pair, LoadOptions(draft_format=f)) for f in FORMATS}
     except (PairError, ValueError, OSError) as e:
         fail(str(e))
-    runs = {(f, m): [] for f in FORMATS for m in args.methods.split(",")}
-    for fmt, method in runs:  # warm-up, and the budget profile of each draft file
-        pair = pairs[fmt]
-        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=args.raw),
-                GenConfig(method=method, max_new_tokens=8))
-    for q in qs:
-        for (fmt, method), out in runs.items():
-            pair = pairs[fmt]
-            ids = pair.prompt_ids(q["prompt"], raw=args.raw)
-            cfg = GenConfig(method=method, max_new_tokens=args.max_new_tokens)
-            out.append(run_one(pair, ids, cfg))
-    print("| draft | method | tok/s | median | acceptance |\n|---|---|---|---|---|")
-    for (fmt, method), stats in runs.items():
-        total = sum(s["new_tokens"] for s in stats) / sum(s["wall_s"] for s in stats)
-        median = statistics.median(s["new_tokens"] / s["wall_s"] for s in stats)
-        acc = sum(s["accepted"] for s in stats) / max(1, sum(s["drafted"] for s in stats))
-        print(f"| {fmt} | {method} | {total:.1f} | {median:.1f} | {acc:.3f} |")
+    runs = {f"{fmt}/{m}": (pairs[fmt], GenConfig(method=m, max_new_tokens=args.max_new_tokens))
+            for fmt in FORMATS for m in args.methods.split(",")}
+    results = run_all(runs, qs, args.raw, lambda m: print(m, file=sys.stderr, flush=True))
+    print("| draft/method | tok/s | median | acceptance |\n|---|---|---|---|")
+    for label, stats in results.items():
+        total = aggregate(stats, None)
+        median = statistics.median(s["tokens_per_s"] for s in stats)
+        print(f"| {label} | {total['tokens_per_s']:.1f} | {median:.1f} "
+              f"| {total['acceptance_rate']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,17 @@ def markov(vocab: int, seed: int, sharp: float = 1.0) -> np.ndarray:
     return m.astype(np.float64)
 
 
-class FakeTarget:
+class Threads:
+    """Thread-count bookkeeping of a backend: the counts asked for, in order."""
+    threads = 1
+
+    def set_threads(self, n):
+        self.thread_log = getattr(self, "thread_log", []) + [n]
+        prev, self.threads = self.threads, n
+        return prev
+
+
+class FakeTarget(Threads):
     name = "fake-target"
 
     def __init__(self, P: np.ndarray, eos_ids=(), delay=(0.0, 0.0), n_ctx: int = 10_000):
@@ -42,13 +52,8 @@ class FakeTarget:
     def rollback(self, n_keep):
         del self.cache[n_keep:]
 
-    def set_threads(self, n):
-        self.thread_log = getattr(self, "thread_log", []) + [n]
-        prev, self.threads = getattr(self, "threads", 1), n
-        return prev
 
-
-class FakeDrafter:
+class FakeDrafter(Threads):
     """Samples from Q with the shared transform; `script` forces proposals (greedy edge cases)."""
     name = "fake-draft"
 
@@ -100,11 +105,6 @@ class FakeDrafter:
 
     def rollback(self, n_keep):
         del self.tokens[n_keep:]
-
-    def set_threads(self, n):
-        self.thread_log = getattr(self, "thread_log", []) + [n]
-        prev, self.threads = getattr(self, "threads", 1), n
-        return prev
 
 
 def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Profile:

@@ -8,6 +8,7 @@ from core.engine import GenConfig
 from core.sampling import PositionRng, SamplingConfig
 from core.vocab import IdentityVocab
 from models.catalog import draft_path, get_pair
+from scripts.benchmark import run_one
 
 
 @pytest.fixture
@@ -62,10 +63,8 @@ def test_q8_draft_is_lossless(pair_with):
     assert pair.draft_format.kind == "q8_0"
     for prompt in ("Why is the sky blue?", "Write a Python function that adds two numbers."):
         ids = pair.prompt_ids(prompt)
-        runs = {}
-        for method in ("vanilla", "sps", "duo"):
-            pair.clear_draft_cache()
-            events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=48)))
-            runs[method] = [t for e in events for t in e.tokens]
-        assert runs["sps"] == runs["duo"] == runs["vanilla"], prompt
-        assert events[-1].stats["draft_format"]["kind"] == "q8_0"
+        runs = {m: run_one(pair, ids, GenConfig(method=m, max_new_tokens=48))
+                for m in ("vanilla", "sps", "duo")}
+        assert runs["sps"]["token_ids"] == runs["duo"]["token_ids"] == \
+            runs["vanilla"]["token_ids"], prompt
+        assert runs["duo"]["draft_format"]["kind"] == "q8_0"

@@ -8,6 +8,7 @@ import pytest
 
 from core.engine import GenConfig
 from models.target_torch import pick_dtype
+from scripts.benchmark import run_one
 
 PROMPTS = ["Why is the sky blue?", "What is 17 times 23? Show the steps.",
            "Write a Python function that reverses a linked list.",
@@ -31,9 +32,8 @@ def bf16_pair(pair_with):
 
 
 def tokens(pair, ids, method):
-    pair.clear_draft_cache()
-    events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=N)))
-    return [t for e in events for t in e.tokens], events[-1].stats
+    stats = run_one(pair, ids, GenConfig(method=method, max_new_tokens=N))
+    return stats["token_ids"], stats
 
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
