@@ -9,6 +9,7 @@ import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SamplingConfig
+from models.target_choice import COMPILE_CHOICES
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -22,6 +23,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster)")
+    p.add_argument("--target-compile", default=os.environ.get("DUO_TARGET_COMPILE", "auto"),
+                   help="auto, on, off: the static-cache target compiled with torch.compile "
+                        "(auto: on for cuda; on the CPU, whichever measured faster here; "
+                        "default from DUO_TARGET_COMPILE, else auto)")
     p.add_argument("--draft-format", default="original",
                    help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
                         "smaller draft: faster prefill, for long prompts)")
@@ -29,13 +34,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def load_options(args):
     for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
-                               ("--draft-format", args.draft_format, DRAFT_FORMATS)):
+                               ("--draft-format", args.draft_format, DRAFT_FORMATS),
+                               ("--target-compile", args.target_compile, COMPILE_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_format=args.draft_format)
+                       draft_format=args.draft_format, target_compile=args.target_compile)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from core.sampling import SamplingConfig
+from core.sampling import SamplingConfig, logits_to_probs
 
 
 @dataclass
@@ -46,6 +46,21 @@ class Draft:
         return Draft(self.tokens[start:], q, self.busy_s, self.sync_s, self.span)
 
 
+@dataclass
+class Scores:
+    """What the verifier needs from one target forward, and no more: greedy, the argmax of
+    each row; sampling, the rows' probabilities after the sampling transform."""
+    choice: list[int] | None = None  # greedy
+    p_target: np.ndarray | None = None  # sampling: (rows, target vocab)
+
+    @classmethod
+    def from_logits(cls, logits: np.ndarray, sampling: SamplingConfig) -> "Scores":
+        """The reference reduction (fakes use it; device targets mirror it)."""
+        if sampling.greedy:
+            return cls(choice=np.asarray(logits).argmax(axis=-1).tolist())
+        return cls(p_target=logits_to_probs(logits, sampling))
+
+
 class Drafter(Protocol):
     """Owns its KV cache; contexts and proposals are in target token ids."""
     name: str
@@ -71,8 +86,8 @@ class Target(Protocol):
     @property
     def n_cached(self) -> int: ...
 
-    def score(self, tokens: list[int], n_rows: int) -> np.ndarray:
-        """Append `tokens` to the cache; logits (n_rows, vocab) of the last n_rows positions."""
+    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
+        """Append `tokens` to the cache; the verifier's Scores of the last n_rows positions."""
 
     def rollback(self, n_keep: int) -> None: ...
 

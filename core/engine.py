@@ -14,7 +14,7 @@ from core.branching import BranchPolicy, FirstTokenOdds, step_ratio
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats, RoundRecord
 from core.output import Event, Output
-from core.sampling import PositionRng, SamplingConfig, logits_to_probs
+from core.sampling import PositionRng, SamplingConfig
 from core.scheduler import DraftWorker
 from core.verify import Verdict, verify_greedy, verify_sampled
 
@@ -63,7 +63,10 @@ class Run:
             raise ValueError("the prompt is empty")
         self.target, self.cfg = target, cfg
         self.ctx = list(prompt)
-        self.out = Output(decode, target.eos_ids, cfg.max_new_tokens, cfg.stop_strings)
+        room = target.n_ctx - len(prompt)  # the target's cache holds no more
+        self.out = Output(decode, target.eos_ids, min(cfg.max_new_tokens, room), cfg.stop_strings)
+        if room < cfg.max_new_tokens:
+            self.out.limit_reason = "context_window"
         self.stats = GenerationStats(method=cfg.method)
         self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
         self.t0 = time.perf_counter()
@@ -77,12 +80,11 @@ class Run:
         t0 = time.perf_counter()
         new = self.ctx[self.target.n_cached:] + draft.tokens
         self.last_scored = len(new)
-        logits = self.target.score(new, len(draft) + 1)
+        scores = self.target.score(new, len(draft) + 1, self.cfg.sampling)
         if self.cfg.sampling.greedy:
-            verdict = verify_greedy(draft.tokens, logits.argmax(axis=-1).tolist())
+            verdict = verify_greedy(draft.tokens, scores.choice)
         else:
-            p_target = logits_to_probs(logits, self.cfg.sampling)
-            verdict = verify_sampled(draft.tokens, draft.q_draft, p_target, self.rng_at,
+            verdict = verify_sampled(draft.tokens, draft.q_draft, scores.p_target, self.rng_at,
                                      base=len(self.ctx))
         self.target.rollback(len(self.ctx) + verdict.accepted)
         t1 = time.perf_counter()
@@ -105,9 +107,10 @@ class Run:
         last.done, last.stats = True, s.to_dict()
         return last
 
-    def draft_room(self, gamma: int) -> int:
-        """Never draft past what may still be emitted or past the target's window."""
-        room = min(self.out.remaining - 1, self.target.n_ctx - len(self.ctx) - 2)
+    def draft_room(self, gamma: int, ahead: int = 0) -> int:
+        """Never draft past what may still be emitted or past the target's window; `ahead`:
+        draft tokens already pending before this chunk (duo drafts from ctx + draft)."""
+        room = min(self.out.remaining - 1, self.target.n_ctx - len(self.ctx) - 2) - ahead
         return max(0, min(gamma, room))
 
 
@@ -191,7 +194,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
         while True:
             start = time.perf_counter()
             size = budget.gamma + 1 if draft else budget.empty_chunk()
-            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size), branching=branching)
+            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)), branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
             if ev.done or not verdict.bonus(len(draft)):

@@ -20,6 +20,7 @@ class Output:
                  max_new_tokens: int, stop_strings: tuple[str, ...] = ()):
         self.decode, self.eos_ids = decode, eos_ids
         self.max_new_tokens, self.stop_strings = max_new_tokens, tuple(s for s in stop_strings if s)
+        self.limit_reason = "max_new_tokens"  # or "context_window" when the window is nearer
         self.ids: list[int] = []
         self.text = ""  # text released so far
         self.done = False
@@ -42,7 +43,7 @@ class Output:
             ev.tokens.append(tok)
             ev.sources.append(src)
             if self.remaining <= 0:
-                self._finish("max_new_tokens")
+                self._finish(self.limit_reason)
         ev.text = self._release()
         ev.done = self.done
         return ev

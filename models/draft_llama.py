@@ -30,6 +30,7 @@ class LlamaDrafter:
         self.name = path.name
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = 0
+        mp.use_extra_bufts = extra_buffers_safe()
         self.model = internals.LlamaModel(path_model=str(path), params=mp, verbose=False)
         cp = C.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, n_batch
@@ -229,3 +230,13 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def extra_buffers_safe() -> bool:
+    """llama.cpp's extra weight buffers (AMX, repacking) crash in decode where the CPU
+    advertises AMX (seen on an Intel Xeon VM); elsewhere they are kept for speed."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "amx_tile" not in f.read()
+    except OSError:
+        return True

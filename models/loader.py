@@ -27,6 +27,8 @@ class LoadOptions:
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
     n_ctx: int = 4096
+    target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster), on, off
+    compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     remeasure: bool = False  # profile the draft budget again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
@@ -39,7 +41,7 @@ class Pair:
         from transformers import AutoTokenizer
 
         from models.draft_llama import LlamaDrafter
-        from models.target_torch import TorchTarget
+        from models.target_choice import load_target
 
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
         say = progress or (lambda m: log.info(m))
@@ -53,8 +55,8 @@ class Pair:
         check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
         dtype = pick_dtype(device, self.opts.dtype)
         say(f"loading target {target_file.name} on {device} ({dtype})")
-        self.target = TorchTarget(model_dir, device, dtype=dtype)
-        self.target.n_ctx = min(self.target.n_ctx, self.opts.n_ctx)
+        self.target = load_target(model_dir, device, dtype, self.opts.n_ctx,
+                                  self.opts.target_compile, self.opts.compile_buckets, say)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         say(f"loading draft {draft_gguf.name} on the CPU")
         self.drafter = LlamaDrafter(draft_gguf, n_threads=1, n_ctx=self.opts.n_ctx + 64)
@@ -141,6 +143,7 @@ class Pair:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
+                ev.stats["target_path"] = self.target.path
                 ev.stats["draft_format"] = self.draft_format.to_dict()
             yield ev
 
@@ -153,10 +156,12 @@ class Pair:
         draft_n, _ = self.threads_for("duo")
         fmt = self.draft_format
         return {"draft": f"CPU, {draft_n} thread(s), {fmt.path.name} ({fmt.kind})",
-                "target": f"{self.target.device_name()}, {self.target.dtype}"}
+                "target": f"{self.target.device_name()}, {self.target.dtype}, "
+                          f"{self.target.path} ({self.target.compile_choice})"}
 
     def close(self) -> None:
         self.drafter.close()
+        self.target.close()
 
 
 def _check_gguf(path: Path) -> Path:

@@ -85,13 +85,13 @@ def draft_time(drafter, ctx: list[int], n: int, repeats: int = 3) -> float:
 def verify_time(target, ctx: list[int], n: int, repeats: int = 3) -> float:
     """Median time of one target forward of n tokens after a cached ctx."""
     target.rollback(0)
-    target.score(ctx, 1)
+    target.score(ctx, 1, GREEDY)
     times = []
     for _ in range(repeats + 1):
         target.rollback(len(ctx))
         _sync(target)
         t0 = time.perf_counter()
-        target.score(ctx[:n] if n <= len(ctx) else (ctx * 2)[:n], n)
+        target.score(ctx[:n] if n <= len(ctx) else (ctx * 2)[:n], n, GREEDY)
         _sync(target)
         times.append(time.perf_counter() - t0)
     target.rollback(0)

@@ -1,12 +1,16 @@
-"""The target backend: a transformers causal LM on cuda (bf16) or the CPU (fp32) unless told
-otherwise, with a KV cache that can be cropped back to any prefix."""
+"""The eager target backend (the reference target path): a transformers causal LM on cuda
+(bf16) or the CPU (fp32) unless told otherwise, with a DynamicCache cropped back to any
+prefix. models/target_static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
+
+from core.backends import Scores
+from core.sampling import SamplingConfig
+from models.sampling_torch import device_scores
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -27,6 +31,8 @@ def pick_dtype(device: str, name: str = "auto") -> str:
 
 
 class TorchTarget:
+    path = "eager"  # which target path runs: stats and the placement line say it
+
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto"):
         self.device = device or pick_device()
@@ -37,7 +43,8 @@ class TorchTarget:
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
-        self.n_ctx = int(n_ctx or getattr(cfg, "max_position_embeddings", 4096) or 4096)
+        trained = int(getattr(cfg.get_text_config(), "max_position_embeddings", 0) or 4096)
+        self.n_ctx = min(int(n_ctx or trained), trained)
         self.eos_ids = _eos_ids(self.model)
         self.cache = self._new_cache()
 
@@ -46,14 +53,18 @@ class TorchTarget:
         return int(self.cache.get_seq_length())
 
     @torch.inference_mode()
-    def score(self, tokens: list[int], n_rows: int) -> np.ndarray:
-        if not tokens:
-            raise ValueError("score() needs at least one token")
+    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
+        return device_scores(self.logits(tokens, n_rows), sampling)
+
+    @torch.inference_mode()
+    def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
+        """Append `tokens`; float32 logits (n_rows, vocab) of the last n_rows, on the device."""
+        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=n_rows)
         self.cache = out.past_key_values
-        return out.logits[0, -n_rows:].float().cpu().numpy()
+        return out.logits[0, -n_rows:].float()
 
     def rollback(self, n_keep: int) -> None:
         if n_keep == 0:
@@ -83,6 +94,20 @@ class TorchTarget:
         if self.device.startswith("cuda"):
             return f"{self.device} ({torch.cuda.get_device_name(0)})"
         return "CPU"
+
+    def close(self) -> None:
+        """Free the weights and the cache (a pair switch must not hold two targets)."""
+        self.model = self.cache = None
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def _check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:
+    if not tokens or not 1 <= n_rows <= len(tokens):
+        raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
+    if n_cached + len(tokens) > n_ctx:
+        raise ValueError(f"the context window is full: {n_cached} + {len(tokens)} tokens "
+                         f"> {n_ctx}")
 
 
 def _eos_ids(model) -> set[int]:

@@ -1,6 +1,7 @@
 """Shared fixtures: the real smol-self pair (loaded once per session) and the repo root."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -8,13 +9,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The eager target is the reference path; the compiled one has its own tests (compiling
+# every start of the CLI and the app would take minutes on a CPU).
+os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 
 
 @pytest.fixture(scope="session")
 def smol_pair():
-    from models.loader import Pair
+    from models.loader import LoadOptions, Pair
 
-    pair = Pair("smol-self")
+    pair = Pair("smol-self", LoadOptions(target_compile="off"))  # the eager reference path
     yield pair
     pair.close()
 
@@ -31,6 +35,7 @@ def pair_with(smol_pair):
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: profile)
 
         def load(**options):
+            options.setdefault("target_compile", "off")
             pairs.append(Pair("smol-self", LoadOptions(**options)))
             return pairs[-1]
         yield load

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from core.backends import Draft
+from core.backends import Draft, Scores
 from core.budget import Profile
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
@@ -41,7 +41,10 @@ class FakeTarget(Threads):
     def n_cached(self) -> int:
         return len(self.cache)
 
-    def score(self, tokens, n_rows):
+    def score(self, tokens, n_rows, sampling):
+        return Scores.from_logits(self.logits(tokens, n_rows), sampling)
+
+    def logits(self, tokens, n_rows):
         self.cache.extend(tokens)
         self.forwards += 1
         if self.delay[0] or self.delay[1]:

@@ -174,9 +174,9 @@ N = 32
 
 @pytest.fixture(scope="module")
 def gemma_pair():
-    from models.loader import Pair
+    from models.loader import LoadOptions, Pair
 
-    pair = Pair("gemma-smol")
+    pair = Pair("gemma-smol", LoadOptions(target_compile="off"))
     yield pair
     pair.close()
 

@@ -12,13 +12,13 @@ def test_target_rollback_matches_fresh(smol_pair):
     t = smol_pair.target
     ids = smol_pair.prompt_ids("Name three colours.")
     t.rollback(0)
-    t.score(ids, 1)
-    t.score([100, 200, 300, 400], 4)  # tokens that will be rolled back
+    t.logits(ids, 1)
+    t.logits([100, 200, 300, 400], 4)  # tokens that will be rolled back
     t.rollback(len(ids))
-    after = t.score([11, 12, 13], 3)
+    after = t.logits([11, 12, 13], 3)
     t.rollback(0)
-    fresh = t.score(ids + [11, 12, 13], 3)
-    np.testing.assert_allclose(after, fresh, atol=1e-3, rtol=1e-3)
+    fresh = t.logits(ids + [11, 12, 13], 3)
+    np.testing.assert_allclose(after.cpu().numpy(), fresh.cpu().numpy(), atol=1e-3, rtol=1e-3)
     assert t.n_cached == len(ids) + 3
     t.rollback(0)
 
