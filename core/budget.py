@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_GAMMA = 32
+PROBE_EVERY = 16  # in plain decoding, every 16th round drafts again to re-measure
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Profile:
     verify_s: list[float]  # verify_s[n - 1]: target forward of n tokens
     draft_step_s: dict = field(default_factory=dict)  # k branches -> time of one batched step
     device: str = "cpu"
+    draft_threads: dict = field(default_factory=dict)  # threads -> draft s/token, measured
 
     def verify(self, n: int) -> float:
         n = max(1, n)
@@ -30,12 +32,15 @@ class Profile:
 
     def to_dict(self) -> dict:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
-                "draft_step_s": self.draft_step_s, "device": self.device}
+                "draft_step_s": self.draft_step_s, "device": self.device,
+                "draft_threads": self.draft_threads}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         steps = {int(k): v for k, v in d.get("draft_step_s", {}).items()}
-        return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"))
+        threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
+        return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
+                   threads)
 
 
 class DraftBudget:
@@ -47,6 +52,7 @@ class DraftBudget:
         self.alpha, self.max_gamma, self.ema = alpha, max_gamma, ema
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
         self.reason = ""
+        self.since_probe = 0  # plain-decoding rounds since drafting was last tried
         self.gamma = fixed if fixed else self._choose()
 
     # -- the cost model -------------------------------------------------------------------
@@ -81,13 +87,28 @@ class DraftBudget:
                 if self.draft_s(g + 1) <= self.verify_s(g + 1)]
         return max(fits) if fits else 1
 
+    def plain_rate(self) -> float:
+        """Tokens/s of the target alone (gamma 0: no draft)."""
+        return 1.0 / max(self.verify_s(1), 1e-9)
+
     def _choose(self) -> int:
+        """The best gamma; 0 (plain decoding) when no gamma beats the target alone, with a
+        probe round every PROBE_EVERY rounds so acceptance and timings are measured again."""
         bal = self.balanced_gamma()
         best = max(range(1, self.max_gamma + 1), key=self.expected_rate)
+        rate, plain = self.expected_rate(best), self.plain_rate()
+        if rate < plain:
+            self.since_probe += 1
+            probe = self.since_probe >= PROBE_EVERY
+            self.since_probe = 0 if probe else self.since_probe
+            self.reason = (f"plain decoding: the target alone ({plain:.1f} tok/s) beats the best"
+                           f" draft budget ({best}: {rate:.1f} tok/s at acceptance"
+                           f" {self.alpha:.2f})" + ("; probing with a draft" if probe else ""))
+            return best if probe else 0
         self.reason = (f"balance: drafting {bal + 1} tokens ({self.draft_s(bal + 1) * 1e3:.1f} ms)"
                        f" fits verifying {bal + 1} ({self.verify_s(bal + 1) * 1e3:.1f} ms);"
-                       f" refined to {best}: expected {self.expected_rate(best):.1f} tok/s"
-                       f" at acceptance {self.alpha:.2f}")
+                       f" refined to {best}: expected {rate:.1f} tok/s"
+                       f" at acceptance {self.alpha:.2f} (target alone {plain:.1f})")
         return best
 
     # -- online adaptation ----------------------------------------------------------------

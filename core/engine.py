@@ -167,6 +167,7 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
         start = time.perf_counter()
         gamma = run.draft_room(budget.gamma)
         draft = worker.submit(run.ctx, gamma).result() if gamma else Draft()
+        run.stats.plain_rounds += budget.gamma == 0
         run.stats.draft_busy_s += draft.busy_s
         verdict, vspan = run.verify(draft)
         rec = _record(run, start, draft.span if draft else (start, start), vspan, len(draft),
@@ -193,8 +194,15 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             _prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
+            if not draft and budget.gamma == 0:  # the budget says drafting cannot pay
+                ev = _plain_round(run, budget, start)
+                yield ev
+                if ev.done:
+                    return
+                continue
             size = budget.gamma + 1 if draft else budget.empty_chunk()
-            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)), branching=branching)
+            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)),
+                                branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
             if ev.done or not verdict.bonus(len(draft)):
@@ -218,6 +226,14 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     finally:
         worker.close()
         _settle_dropped(run, dropped)
+
+
+def _plain_round(run: Run, budget: DraftBudget, start: float) -> Event:
+    """One target token, no draft (the budget fell back to plain decoding)."""
+    verdict, vspan = run.verify(Draft())
+    run.stats.plain_rounds += 1
+    _observe(run, budget, _record(run, start, (start, start), vspan, 0, 0), 0, 0, None)
+    return run.commit(Draft(), verdict)
 
 
 def _branch_policy(run: Run, budget: DraftBudget) -> BranchPolicy | None:

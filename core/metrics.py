@@ -41,6 +41,7 @@ class GenerationStats:
     seq_confusion: dict = field(default_factory=dict)
     vocab: dict = field(default_factory=dict)
     stop_reason: str = ""
+    plain_rounds: int = 0  # rounds without a draft because the budget said it cannot pay
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1

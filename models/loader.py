@@ -51,6 +51,7 @@ class Pair:
                                        self.opts.draft_format, say)
         draft_gguf = self.draft_format.path
         model_dir = converted_dir(_check_gguf(target_file), say) if kind == "gguf" else target_file
+        self.target_dir = model_dir
         device = self.opts.device or pick_device()
         check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
         dtype = pick_dtype(device, self.opts.dtype)
@@ -65,6 +66,7 @@ class Pair:
         self.profile = None
         self.odds = FirstTokenOdds()  # learned across this pair's generations
         self._remeasured: set[tuple[int, int]] = set()
+        self._thread_times: dict[int, dict[int, float]] = {}  # share -> threads -> s/token
         self._progress = say
 
     def _vocab(self):
@@ -84,13 +86,23 @@ class Pair:
     def threads_for(self, method: str) -> tuple[int, int]:
         """(draft, target) threads. llama.cpp's threads spin at barriers, so the draft never
         takes every core: with a core short (another process, or torch beside it) a decode
-        stalls. duo splits the cores when the target is on the CPU."""
+        stalls. duo splits the cores when the target is on the CPU; on cuda the target keeps
+        one core to launch its kernels. Within its share, the draft takes the thread count
+        that measured fastest."""
         cores = max(1, self.opts.cores)
         if self.target.device.startswith("cuda"):
-            return max(1, min(cores - 1, 8)), 1
+            return self.draft_threads(max(1, cores - 1)), 1
         if method == "duo":
-            return max(1, cores // 2), max(1, cores - cores // 2)
-        return max(1, cores // 2), cores
+            return self.draft_threads(max(1, cores // 2)), max(1, cores - cores // 2)
+        return self.draft_threads(max(1, cores // 2)), cores
+
+    def draft_threads(self, cap: int) -> int:
+        from models.profiler import fastest_threads, pick_draft_threads
+
+        if cap not in self._thread_times:
+            self._thread_times[cap] = pick_draft_threads(self.spec.name, self.drafter, cap,
+                                                         self._progress)
+        return fastest_threads(self._thread_times[cap])
 
     def ensure_profile(self, method: str, remeasure: bool = False):
         from models.profiler import load_or_measure
@@ -99,6 +111,8 @@ class Pair:
         again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
                                        again, self._progress)
+        self.profile.draft_threads = next((t for t in self._thread_times.values()
+                                           if threads[0] in t), {threads[0]: 0.0})
         self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
         return self.profile
 

@@ -1,5 +1,5 @@
-"""Measures draft time per token and target forward time for 1..32 tokens; cached per
-machine, pair, draft file, device, target dtype and thread counts."""
+"""Measures draft time per token (and by thread count) and target forward time for 1..32
+tokens; cached per machine, pair, draft file, device, target dtype and thread counts."""
 from __future__ import annotations
 
 import json
@@ -45,6 +45,36 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(known, indent=1))
     return prof
+
+
+def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None) -> dict[int, float]:
+    """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (the cores the target leaves),
+    measured once per machine, pair and draft file; the caller takes the fastest."""
+    candidates = sorted({n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap})
+    if len(candidates) == 1:
+        return {cap: 0.0}
+    path = cache_root() / "draft_threads.json"
+    key = f"v1|{machine_key()}|{pair_name}|{drafter.name}|cap{cap}"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if key not in known:
+        if progress:
+            progress(f"timing the draft at {', '.join(map(str, candidates))} threads")
+        ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, 64)]
+        prev = drafter.set_threads(candidates[0])
+        known[key] = {}
+        for n in candidates:
+            drafter.set_threads(n)
+            known[key][str(n)] = draft_time(drafter, ctx, 16) / 16
+        drafter.set_threads(prev)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known, indent=1))
+    return {int(n): s for n, s in known[key].items()}
+
+
+def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
+    """The fewest threads within `tolerance` of the fastest (spare cores serve the target)."""
+    best = min(times.values())
+    return min(n for n, s in times.items() if s <= best * (1 + tolerance))
 
 
 def measure(drafter, target, context_len: int = 64, repeats: int = 3) -> Profile:

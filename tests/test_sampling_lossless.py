@@ -28,9 +28,19 @@ def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
     return joint
 
 
+class DeviceRowsTarget(FakeTarget):
+    """A fake whose rows go through the torch targets' device-side transform."""
+
+    def score(self, tokens, n_rows, sampling):
+        import torch
+
+        from models.sampling_torch import device_scores
+        return device_scores(torch.from_numpy(self.logits(tokens, n_rows)), sampling)
+
+
 def sample_joint(method: str, sampling: SamplingConfig, gamma: int, P, Q, n=N_SAMPLES,
-                 sequential=False, **options) -> tuple[dict, FakeDrafter]:
-    target, drafter = FakeTarget(P), FakeDrafter(Q)
+                 sequential=False, target_class=FakeTarget, **options) -> tuple[dict, FakeDrafter]:
+    target, drafter = target_class(P), FakeDrafter(Q)
     counts: dict = {}
     options.setdefault("multi_seq", False)
     for seed in range(n):
@@ -68,6 +78,15 @@ Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejection
                          ids=["t1", "t0.8-k3-p0.9"])
 def test_joint_distribution_matches_target(method, gamma, sampling):
     counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT)
+    assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
+
+
+@pytest.mark.parametrize("method,gamma", [("vanilla", None), ("duo", 3)])
+def test_device_side_rows_stay_lossless(method, gamma):
+    """The torch targets reduce rows on their device (models/sampling_torch.py)."""
+    sampling = SamplingConfig(0.8, top_k=3, top_p=0.9)
+    counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT,
+                             target_class=DeviceRowsTarget)
     assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
 
 

@@ -1,0 +1,126 @@
+"""The static-cache target, compiled and not, against the eager DynamicCache target (the
+reference path): the same logits across rollbacks and bucket padding, greedy output equal to
+the eager `vanilla` for every method, and the device-side sampling transform equal to the
+numpy one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.backends import Scores
+from core.engine import GenConfig
+from core.sampling import SamplingConfig, logits_to_probs
+from models.catalog import get_pair, target_source
+from models.convert import converted_dir
+from models.sampling_torch import device_scores
+from models.sampling_torch import logits_to_probs as torch_probs
+from models.target_static import StaticTarget
+from models.target_torch import TorchTarget
+
+PROMPTS = ["Why is the sky blue?", "Write a Python function that reverses a string.",
+           "List three tips for staying focused while studying."]
+SAMPLINGS = [SamplingConfig(0.7), SamplingConfig(1.0, top_k=20), SamplingConfig(0.9, top_p=0.8),
+             SamplingConfig(1.3, top_k=50, top_p=0.9)]
+
+
+def chunks(target, ids: list[int]) -> list[np.ndarray]:
+    """Prefill, a rejected draft rolled back, verify chunks of several lengths (padded to the
+    buckets), a deep rollback and a long re-prefill: logits of each."""
+    target.rollback(0)
+    out = [target.logits(ids, 1)]
+    out.append(target.logits([5, 6, 7, 8, 9], 5))  # a draft the verifier rejects
+    target.rollback(len(ids) + 2)
+    out.append(target.logits([11, 12, 13], 3))
+    out.append(target.logits([14], 1))
+    target.rollback(4)
+    out.append(target.logits(ids[4:] + [21] * 40, 20))  # over the largest bucket
+    target.rollback(0)
+    return [o.cpu().numpy() for o in out]
+
+
+def assert_same_logits(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    for x, y in zip(a, b):
+        assert x.shape == y.shape
+        np.testing.assert_allclose(x, y, atol=2e-4, rtol=1e-4)
+        assert (x.argmax(-1) == y.argmax(-1)).all()
+
+
+def test_static_target_gives_the_eager_logits(smol_pair):
+    ids = smol_pair.prompt_ids(PROMPTS[0])
+    static = StaticTarget(smol_pair.target_dir, "cpu", 512, "float32", compile=False)
+    assert static.path == "static" and static.buckets[-1] == 32
+    assert_same_logits(chunks(smol_pair.target, ids), chunks(static, ids))
+    with pytest.raises(ValueError, match="context window is full"):
+        static.logits([1] * 513, 1)
+    static.close()
+
+
+def test_static_target_keeps_sliding_windows_across_rollbacks():
+    """Gemma 3 mixes sliding-window (512) and full layers: past the window, the static
+    cache (every layer full length) must still give the eager logits."""
+    model_dir = converted_dir(target_source(get_pair("gemma-smol"))[1])
+    eager = TorchTarget(model_dir, "cpu", 1024, "float32")
+    static = StaticTarget(model_dir, "cpu", 1024, "float32", compile=False)
+    ids = [1000 + (i * 7919) % 20000 for i in range(600)]
+    for target in (eager, static):
+        target.rollback(0)
+        target.logits(ids, 1)
+        target.logits([300, 301, 302], 3)
+    static.rollback(590)
+    eager.rollback(590)
+    a, b = eager.logits([400, 401, 402, 403], 4), static.logits([400, 401, 402, 403], 4)
+    np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-4, rtol=1e-4)
+    eager.close(), static.close()
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_device_transform_equals_numpy(sampling):
+    logits = np.random.default_rng(0).normal(0, 3, (5, 300)).astype(np.float32)
+    ours = torch_probs(torch.from_numpy(logits), sampling).numpy()
+    np.testing.assert_allclose(ours, logits_to_probs(logits, sampling), atol=1e-6)
+    ref = Scores.from_logits(logits, sampling).p_target
+    np.testing.assert_allclose(device_scores(torch.from_numpy(logits), sampling).p_target, ref,
+                               atol=1e-6)
+    assert device_scores(torch.from_numpy(logits), SamplingConfig()).choice == \
+        logits.argmax(-1).tolist()
+
+
+@pytest.fixture(scope="module")
+def compiled(pair_with):
+    """smol-self with the compiled target, two buckets only (each one compiles a graph)."""
+    return pair_with(target_compile="on", compile_buckets=(4, 16), n_ctx=512)
+
+
+def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
+    assert compiled.target.path == "static-compiled"
+    assert "static-compiled" in compiled.placement()["target"]
+    for prompt in PROMPTS[:2]:
+        ids = smol_pair.prompt_ids(prompt)
+        assert_same_logits(chunks(smol_pair.target, ids), chunks(compiled.target, ids))
+
+
+def test_compiled_target_gives_the_eager_probabilities(smol_pair, compiled):
+    ids = smol_pair.prompt_ids(PROMPTS[1])
+    for sampling in SAMPLINGS[:2]:
+        rows = []
+        for target in (smol_pair.target, compiled.target):
+            target.rollback(0)
+            rows.append(target.score(ids + [11, 12, 13], 4, sampling).p_target)
+        np.testing.assert_allclose(rows[0], rows[1], atol=1e-5)
+
+
+def run(pair, ids, **kw):
+    events = list(pair.generate(ids, GenConfig(max_new_tokens=40, **kw)))
+    return [t for e in events for t in e.tokens], events[-1].stats
+
+
+@pytest.mark.parametrize("method,options", [("vanilla", {}), ("sps", {}), ("duo", {}),
+                                            ("duo", {"gamma": 6, "multi_seq": False})])
+def test_compiled_greedy_identical_to_eager_vanilla(smol_pair, compiled, method, options):
+    for prompt in PROMPTS:
+        ids = smol_pair.prompt_ids(prompt)
+        expected, _ = run(smol_pair, ids, method="vanilla")
+        got, stats = run(compiled, ids, method=method, **options)
+        assert got == expected, f"{method} {options} on the compiled target, {prompt!r}"
+        assert stats["target_path"] == "static-compiled"
