@@ -2,7 +2,9 @@
 DIR/figure1.png and prints a markdown table.
 
 Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
-duo-single (one sequence), duo-k2 / duo-k3 (always k sequences)."""
+duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), and peers on the same target:
+hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
+lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone)."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +22,7 @@ from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noq
                      load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
+from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}}
@@ -61,9 +64,11 @@ def load_questions(path: str, limit: int) -> list[dict]:
 
 
 def method_config(args, name: str):
+    if name in PEERS:
+        return peer_config(name, gen_config(args, "vanilla"))
     base = name if name in METHODS else "duo"
     if name not in METHODS and name not in VARIANTS:
-        known = ", ".join(list(METHODS) + list(VARIANTS))
+        known = ", ".join(list(METHODS) + list(VARIANTS) + list(PEERS))
         raise ValueError(f"unknown method '{name}'; known: {known}")
     cfg = gen_config(args, base)
     for k, v in VARIANTS.get(name, {}).items():
@@ -74,6 +79,8 @@ def method_config(args, name: str):
 def run_one(pair, ids, cfg) -> dict:
     """One cold generation: the draft's cache from the method before would spare this one
     the prompt's draft prefill."""
+    if isinstance(cfg, PeerConfig):
+        return run_peer(pair, ids, cfg)
     pair.clear_draft_cache()
     stats, tokens = {}, []
     for ev in pair.generate(ids, cfg):
@@ -170,7 +177,8 @@ def machine(pair, methods) -> dict:
     import torch
     return {"platform": platform.platform(), "cpu": _cpu(), "cores": pair.opts.cores,
             "torch": torch.__version__, "target_device": pair.target.device_name(),
-            "target_dtype": pair.target.dtype,
+            "target_dtype": pair.target.dtype, "target_path": pair.target.path,
+            "target_compile": pair.target.compile_choice,
             "threads": {m: dict(zip(("draft", "target"), pair.threads_for(m.split("-")[0])))
                         for m in methods},
             "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -223,6 +231,8 @@ def main(argv=None) -> None:
         get_pair(args.pair)
         from models.loader import Pair
         pair = Pair(args.pair, load_options(args))
+        for m in methods:
+            check(pair, m)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
     except (PairError, ValueError, OSError) as e:

@@ -1,0 +1,75 @@
+"""The benchmark's peer methods on the real smol-self pair: greedy transformers peers give
+vanilla's tokens exactly (float32 on the CPU), llama.cpp decodes the target's GGUF, and bad
+requests fail with a clear ValueError."""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from core.engine import GenConfig
+from models.catalog import PairSpec
+from models.peers import PeerConfig, check, run_peer
+from scripts.benchmark import method_config, parse, run_one
+
+PROMPTS = ["Why is the sky blue?", "List three uses of a paperclip."]
+N = 16
+
+
+@pytest.fixture(scope="module")
+def pair(smol_pair):
+    """smol-self on one core (the same loaded models): torch's and llama.cpp's threads spin at
+    barriers, and on a busy test machine a second one stalls for seconds a token."""
+    one_core = copy.copy(smol_pair)
+    one_core.opts = replace(smol_pair.opts, cores=1)
+    return one_core
+
+
+@pytest.fixture(scope="module")
+def vanilla(pair):
+    """Vanilla's greedy token ids for each prompt."""
+    return {p: run_one(pair, pair.prompt_ids(p), GenConfig("vanilla", N))["token_ids"]
+            for p in PROMPTS}
+
+
+@pytest.mark.parametrize("method", ["hf-assisted", "hf-pld"])
+def test_transformers_peers_match_vanilla(pair, vanilla, method):
+    for prompt in PROMPTS:
+        s = run_peer(pair, pair.prompt_ids(prompt), PeerConfig(method, N))
+        assert s["token_ids"] == vanilla[prompt], (method, prompt)
+        assert s["new_tokens"] == len(s["token_ids"])
+        assert s["wall_s"] > 0 and 0 < s["ttft_s"] <= s["wall_s"]
+        assert s["rounds"] >= 1 and s["method"] == method
+
+
+def test_llamacpp_decodes_the_target_gguf(pair):
+    s = run_peer(pair, pair.prompt_ids(PROMPTS[0]), PeerConfig("llamacpp", N))
+    assert s["new_tokens"] == N == len(s["token_ids"])
+    assert s["stop_reason"] == "max_new_tokens"
+    assert 0 < s["ttft_s"] <= s["wall_s"]
+
+
+def test_unknown_peer_is_a_value_error(pair):
+    with pytest.raises(ValueError, match="unknown peer method 'hf-nope'"):
+        run_peer(pair, [1, 2, 3], PeerConfig("hf-nope", N))
+    args = parse(["--questions", "q.jsonl", "--out", "o"])
+    with pytest.raises(ValueError, match="hf-assisted, hf-pld, hf-static, llamacpp"):
+        method_config(args, "hf-nope")
+    assert method_config(args, "hf-pld") == PeerConfig("hf-pld", args.max_new_tokens)
+
+
+class FakePair:
+    def __init__(self, spec: PairSpec):
+        self.spec = spec
+
+
+def test_llamacpp_needs_a_gguf_target(tmp_path):
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_text("{}")
+    pair = FakePair(PairSpec("hf-target", {"path": str(tmp_path)}, {"path": "d.gguf"}))
+    with pytest.raises(ValueError, match="pair 'hf-target' has a safetensors target"):
+        check(pair, "llamacpp")
+    with pytest.raises(ValueError, match="llamacpp decodes the target's own GGUF"):
+        run_peer(pair, [1, 2, 3], PeerConfig("llamacpp", N))
+    check(pair, "hf-pld")  # the transformers peers run on any target
