@@ -9,7 +9,7 @@ import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SamplingConfig
-from models.target_choice import COMPILE_CHOICES
+from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -27,6 +27,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="auto, on, off: the static-cache target compiled with torch.compile "
                         "(auto: on for cuda; on the CPU, whichever measured faster here; "
                         "default from DUO_TARGET_COMPILE, else auto)")
+    p.add_argument("--target-quant", default=os.environ.get("DUO_TARGET_QUANT", "auto"),
+                   help="auto, none, int8, int4: weight-only quantization of the target "
+                        "(auto: on cuda the best that fits the free memory, bf16 > int8 > "
+                        "int4; on the CPU the fastest measured; default from DUO_TARGET_QUANT)")
     p.add_argument("--draft-format", default="original",
                    help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
                         "smaller draft: faster prefill, for long prompts)")
@@ -35,13 +39,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def load_options(args):
     for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
                                ("--draft-format", args.draft_format, DRAFT_FORMATS),
-                               ("--target-compile", args.target_compile, COMPILE_CHOICES)):
+                               ("--target-compile", args.target_compile, COMPILE_CHOICES),
+                               ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_format=args.draft_format, target_compile=args.target_compile)
+                       draft_format=args.draft_format, target_compile=args.target_compile,
+                       target_quant=args.target_quant)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

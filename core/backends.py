@@ -1,4 +1,5 @@
-"""The two seams between the algorithm and the models: who proposes and who verifies."""
+"""The two seams between the algorithm and the models: who proposes (`Drafter` -> `Proposal`)
+and who verifies (`Target` -> `Scores`), and the `Draft` the verifier reads."""
 from __future__ import annotations
 
 import threading
@@ -12,27 +13,37 @@ from core.sampling import SamplingConfig, logits_to_probs
 
 @dataclass
 class Draft:
-    """Draft tokens (target ids) proposed after some context, with their q_draft rows."""
+    """Draft tokens (target ids) proposed after some context, with their q_draft rows: what the
+    verifier reads."""
     tokens: list[int] = field(default_factory=list)
     q_draft: np.ndarray | None = None  # (len(tokens), target vocab); None when greedy
-    busy_s: float = 0.0  # time the drafter spent on it
-    sync_s: float = 0.0  # of which catching up with the context (prefill, rollback)
-    span: tuple[float, float] = (0.0, 0.0)  # perf_counter start/end
-
-    alternatives: list["Draft"] = field(default_factory=list)  # other first tokens
-    first_ranking: list[int] = field(default_factory=list)  # draft's top first tokens
-    first_top_p: float = 0.0  # the draft's probability of its top first token
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def tail(self, start: int) -> "Draft":
+        q = None if self.q_draft is None else self.q_draft[start:]
+        return Draft(self.tokens[start:], q)
+
+
+@dataclass
+class Proposal:
+    """A drafter's answer for one context: its own draft, the drafts that start with other
+    likely first tokens (when the branch policy asked for them), what it saw at the first
+    position, and how long it took to catch up with the context."""
+    main: Draft = field(default_factory=Draft)
+    alternatives: list[Draft] = field(default_factory=list)  # other first tokens
+    first_ranking: list[int] = field(default_factory=list)  # draft's top first tokens
+    first_top_p: float = 0.0  # the draft's probability of its top first token
+    sync_s: float = 0.0  # time catching up with the context (prefill, rollback)
 
     @property
     def n_seqs(self) -> int:
         return 1 + len(self.alternatives)
 
-    def branch_for(self, first: int) -> "Draft | None":
+    def branch_for(self, first: int) -> Draft | None:
         """The sequence that starts with `first` (the target's own token), if any."""
-        for d in [self] + self.alternatives:
+        for d in [self.main] + self.alternatives:
             if d.tokens[:1] == [first]:
                 return d
         return None
@@ -40,10 +51,6 @@ class Draft:
     def rank_of(self, token: int) -> int:
         """1-based rank of `token` among the draft's first-position candidates; 0 if absent."""
         return self.first_ranking.index(token) + 1 if token in self.first_ranking else 0
-
-    def tail(self, start: int) -> "Draft":
-        q = None if self.q_draft is None else self.q_draft[start:]
-        return Draft(self.tokens[start:], q, self.busy_s, self.sync_s, self.span)
 
 
 @dataclass
@@ -61,15 +68,28 @@ class Scores:
         return cls(p_target=logits_to_probs(logits, sampling))
 
 
+class Branching(Protocol):
+    """The multi-sequence policy a drafter consults mid-draft (core/branching.BranchPolicy)."""
+
+    def extra_firsts(self, p_first: np.ndarray, p_second_top: float, chosen: int,
+                     n: int = 8, ranked: list[int] | None = None) -> list[int]:
+        """First tokens of the extra sequences, given the draft's first-position probabilities."""
+
+    def steps(self, n: int, k: int) -> int:
+        """Tokens per sequence when k sequences share the time of n single steps."""
+
+
 class Drafter(Protocol):
     """Owns its KV cache; contexts and proposals are in target token ids."""
     name: str
 
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
                 rng_at: Callable[[int], np.random.Generator],
-                stop: threading.Event | None = None) -> Draft:
+                stop: threading.Event | None = None,
+                branching: Branching | None = None) -> Proposal:
         """Roll back to the longest common prefix with `context`, then draft up to n tokens;
-        rng_at(len(context) + i) is the random stream for draft token i."""
+        rng_at(len(context) + i) is the random stream for draft token i. With `branching`,
+        extra sequences may start from other first tokens (Proposal.alternatives)."""
 
     def rollback(self, n_keep: int) -> None: ...
 

@@ -1,6 +1,6 @@
 """The decoding methods: `vanilla` (target only, the oracle), `sps` (draft then verify) and
 `duo` (draft the next chunk while the target verifies this one). Each is a generator of
-Events, so streaming is free."""
+Events, so streaming is free; core/telemetry.py gathers the stats beside them."""
 from __future__ import annotations
 
 import time
@@ -10,12 +10,13 @@ from typing import Callable, Iterator
 
 
 from core.backends import Draft, Drafter, Target
-from core.branching import BranchPolicy, FirstTokenOdds, step_ratio
+from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
-from core.metrics import GenerationStats, RoundRecord
+from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.sampling import PositionRng, SamplingConfig
-from core.scheduler import DraftWorker
+from core.scheduler import Drafted, DraftWorker
+from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 METHODS = ("vanilla", "sps", "duo")
@@ -70,8 +71,8 @@ class Run:
         self.stats = GenerationStats(method=cfg.method)
         self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
         self.t0 = time.perf_counter()
-        self.last_scored = 0
         self.odds = odds if odds is not None else FirstTokenOdds()
+        self.telemetry = Telemetry(self.stats, self.t0, self.odds)
         target.rollback(0)
 
     def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
@@ -79,7 +80,6 @@ class Run:
         cache back to the verified prefix."""
         t0 = time.perf_counter()
         new = self.ctx[self.target.n_cached:] + draft.tokens
-        self.last_scored = len(new)
         scores = self.target.score(new, len(draft) + 1, self.cfg.sampling)
         if self.cfg.sampling.greedy:
             verdict = verify_greedy(draft.tokens, scores.choice)
@@ -88,15 +88,14 @@ class Run:
                                      base=len(self.ctx))
         self.target.rollback(len(self.ctx) + verdict.accepted)
         t1 = time.perf_counter()
-        self.stats.target_busy_s += t1 - t0
+        self.telemetry.verified(len(new), t1 - t0)
         return verdict, (t0, t1)
 
     def commit(self, draft: Draft, verdict: Verdict) -> Event:
         new = draft.tokens[:verdict.accepted] + [verdict.token]
         self.ctx += new
         ev = self.out.push(new, ["draft"] * verdict.accepted + ["target"])
-        if not self.stats.ttft_s and ev.tokens:
-            self.stats.ttft_s = time.perf_counter() - self.t0
+        self.telemetry.emitted(ev.tokens)
         return ev
 
     def finish(self, last: Event) -> Event:
@@ -155,7 +154,7 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
     empty = Draft()
     while True:
         verdict, span = run.verify(empty)
-        run.stats.rounds += 1
+        run.telemetry.vanilla_round()
         yield run.commit(empty, verdict)
 
 
@@ -166,13 +165,10 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     while True:
         start = time.perf_counter()
         gamma = run.draft_room(budget.gamma)
-        draft = worker.submit(run.ctx, gamma).result() if gamma else Draft()
-        run.stats.plain_rounds += budget.gamma == 0
-        run.stats.draft_busy_s += draft.busy_s
+        chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
+        draft = chunk.proposal.main
         verdict, vspan = run.verify(draft)
-        rec = _record(run, start, draft.span if draft else (start, start), vspan, len(draft),
-                      verdict.accepted)
-        _observe(run, budget, rec, len(draft), verdict.accepted, draft)
+        run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
         yield run.commit(draft, verdict)
 
 
@@ -183,8 +179,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
-    branching = _branch_policy(run, budget)
-    draft, dropped = Draft(), []
+    branching, telemetry = _branch_policy(run, budget), run.telemetry
+    draft = Draft()
     try:
         if run.cfg.prefill_threads:  # cores are shared: the prefills first, with all of them
             ev = _prefill_alone(run, budget)
@@ -207,32 +203,26 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             ev = run.commit(draft, verdict)
             if ev.done or not verdict.bonus(len(draft)):
                 job.cancel()
-                dropped.append((_record(run, start, (start, start), vspan, len(draft),
-                                        verdict.accepted), job))
-                _observe(run, budget, dropped[-1][0], len(draft), verdict.accepted, None)
+                telemetry.chunk_dropped(budget, start, vspan, len(draft), verdict, job)
                 draft = Draft()
             else:
                 chunk = job.result()
-                run.stats.draft_busy_s += chunk.busy_s
-                branch = chunk.branch_for(verdict.token)
-                rec = _record(run, start, chunk.span, vspan, len(draft), verdict.accepted)
-                rec.seqs = chunk.n_seqs
-                _count_seqs(run.stats, run.odds, chunk, verdict.token)
-                _observe(run, budget, rec, len(draft) + 1, verdict.accepted + bool(branch), chunk)
+                branch = chunk.proposal.branch_for(verdict.token)
+                telemetry.chunk_used(budget, start, vspan, len(draft), verdict, chunk,
+                                     hit=branch is not None)
                 draft = branch.tail(1) if branch else Draft()
             yield ev
             if ev.done:
                 return
     finally:
         worker.close()
-        _settle_dropped(run, dropped)
+        telemetry.settle_dropped()
 
 
 def _plain_round(run: Run, budget: DraftBudget, start: float) -> Event:
     """One target token, no draft (the budget fell back to plain decoding)."""
     verdict, vspan = run.verify(Draft())
-    run.stats.plain_rounds += 1
-    _observe(run, budget, _record(run, start, (start, start), vspan, 0, 0), 0, 0, None)
+    run.telemetry.plain_round(budget, start, vspan)
     return run.commit(Draft(), verdict)
 
 
@@ -242,19 +232,6 @@ def _branch_policy(run: Run, budget: DraftBudget) -> BranchPolicy | None:
         return None
     return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
                         budget.profile.draft_step_s, alpha=budget.alpha, odds=run.odds)
-
-
-def _count_seqs(stats: GenerationStats, odds: FirstTokenOdds, chunk: Draft,
-                target_token: int) -> None:
-    """Sequences per round (Figure 5) and sequences vs the target token's draft rank (Table 4);
-    the rank also teaches the first-token odds."""
-    stats.seq_hist[chunk.n_seqs] += 1
-    if not chunk.first_ranking:
-        return
-    rank = chunk.rank_of(target_token)
-    row, key = stats.seq_confusion.setdefault(str(chunk.n_seqs), {}), str(rank or "other")
-    row[key] = row.get(key, 0) + 1
-    odds.observe(chunk.first_top_p, rank)
 
 
 @contextmanager
@@ -270,8 +247,7 @@ def _threads(backend: Target | Drafter, n: int) -> Iterator[None]:
 def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
     with _threads(run.target, run.cfg.prefill_threads):
         verdict, vspan = run.verify(Draft())
-    _record(run, vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
-    run.stats.gammas_used[budget.gamma] += 1
+    run.telemetry.target_prefill(budget, vspan)
     return run.commit(Draft(), verdict)
 
 
@@ -280,34 +256,4 @@ def _prefill_draft(run: Run, drafter: Drafter, worker: DraftWorker) -> None:
     leave the target decoding alone, token by token, for seconds)."""
     with _threads(drafter, run.cfg.prefill_threads):
         done = worker.submit(run.ctx, 0).result()
-    run.stats.draft_busy_s += done.busy_s
-    _record(run, done.span[0], done.span, (done.span[0], done.span[0]), 0, 0)
-
-
-def _settle_dropped(run: Run, dropped: list) -> None:
-    """Dropped chunks still took draft time: put their real spans in the timeline."""
-    for rec, job in dropped:
-        chunk = job.result()
-        run.stats.draft_busy_s += chunk.busy_s
-        rec.draft_span = (chunk.span[0] - run.t0, chunk.span[1] - run.t0)
-
-
-def _record(run: Run, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:
-    t0 = run.t0
-    rec = RoundRecord(start - t0, time.perf_counter() - t0, (dspan[0] - t0, dspan[1] - t0),
-                      (vspan[0] - t0, vspan[1] - t0), drafted, accepted)
-    run.stats.record_round(rec)
-    return rec
-
-
-def _observe(run: Run, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
-             chunk: Draft | None) -> None:
-    """Feed the budget one round: pass rate, draft time per token (without catching up with
-    the context, a k-sequence step counted as its cost in single steps), verify time per
-    length (a prefill round is no sample of verify time)."""
-    run.stats.gammas_used[budget.gamma] += 1
-    scored = run.last_scored if run.last_scored == rec.drafted + 1 else 0
-    n = len(chunk) * step_ratio(budget.profile.draft_step_s, chunk.n_seqs) if chunk else 0
-    budget.observe(trials, passed, draft_s=chunk.busy_s - chunk.sync_s if n else 0.0,
-                   draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
-                   verify_n=scored)
+    run.telemetry.draft_prefill(done.timing)

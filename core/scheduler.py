@@ -1,4 +1,5 @@
-"""All of the engine's concurrency: a draft worker thread that drafts while the target verifies.
+"""All of the engine's concurrency: a draft worker thread that drafts while the target verifies,
+and what each job hands back (`Drafted`: the proposal and the worker's `DraftTiming`).
 
 llama.cpp and torch both release the GIL, so a thread is enough. `sequential=True` runs each
 job inline when it is submitted, giving the same algorithm without overlap (tests, comparison).
@@ -9,19 +10,40 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
 
-from core.backends import Draft, Drafter
+from core.backends import Branching, Drafter, Proposal
 from core.sampling import PositionRng, SamplingConfig
 
 DRAFT_STREAM = 1  # the verifier uses stream 0
 GIL_SWITCH_S = 0.0005
 
 
+@dataclass(frozen=True)
+class DraftTiming:
+    """When the worker ran one job (perf_counter start/end) and for how long; `busy_s`
+    includes the proposal's own `sync_s`."""
+    busy_s: float = 0.0
+    span: tuple[float, float] = (0.0, 0.0)
+
+
+class Drafted(NamedTuple):
+    """What a job hands back: the drafter's proposal and the worker's clock for it."""
+    proposal: Proposal
+    timing: DraftTiming
+
+    @classmethod
+    def nothing(cls) -> "Drafted":
+        """No job ran (no room or no budget to draft this round)."""
+        return cls(Proposal(), DraftTiming())
+
+
 class DraftJob:
     def __init__(self, future: Future, stop: threading.Event):
         self._future, self._stop = future, stop
 
-    def result(self) -> Draft:
+    def result(self) -> Drafted:
         return self._future.result()
 
     def cancel(self) -> None:
@@ -41,10 +63,11 @@ class DraftWorker:
         if self._pool is not None:
             sys.setswitchinterval(GIL_SWITCH_S)
 
-    def submit(self, context: list[int], n: int, **options) -> DraftJob:
+    def submit(self, context: list[int], n: int,
+               branching: Branching | None = None) -> DraftJob:
         """Draft up to n tokens after `context` (copied now; the caller may change its list)."""
         stop = threading.Event()
-        args = (list(context), n, stop, options)
+        args = (list(context), n, stop, branching)
         if self._pool is None:
             fut: Future = Future()
             fut.set_result(self._run(*args))
@@ -52,12 +75,12 @@ class DraftWorker:
             fut = self._pool.submit(self._run, *args)
         return DraftJob(fut, stop)
 
-    def _run(self, context, n, stop, options) -> Draft:
+    def _run(self, context, n, stop, branching) -> Drafted:
         t0 = time.perf_counter()
-        draft = self.drafter.propose(context, n, self.sampling, self.rng_at, stop, **options)
+        proposal = self.drafter.propose(context, n, self.sampling, self.rng_at, stop,
+                                        branching=branching)
         t1 = time.perf_counter()
-        draft.busy_s, draft.span = t1 - t0, (t0, t1)
-        return draft
+        return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
     def close(self) -> None:
         if self._pool is not None:

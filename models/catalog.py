@@ -1,5 +1,6 @@
 """The pair catalog: named draft/target pairs from models/pairs.json merged with the user's file,
-and where each pair's files are on this machine (package, local path or the Hugging Face cache)."""
+and where each pair's files are on this machine (package, local path or the Hugging Face cache,
+whose location `cache_dir` is read here; models/hub.py downloads into it)."""
 from __future__ import annotations
 
 import importlib.util
@@ -211,6 +212,14 @@ def weights_complete(folder: Path) -> bool:
     return any((folder / w).is_file() for w in WEIGHT_FILES)
 
 
+def cache_dir() -> Path:
+    """The standard Hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
 def _missing(spec: PairSpec, what: str) -> PairError:
     return PairError(f"pair '{spec.name}': {what}; run `python scripts/download_models.py "
                      f"--pair {spec.name}` first")
@@ -221,7 +230,6 @@ def _cached_file(repo: str, file: str, revision: str) -> Path | None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    from models.hub import cache_dir
     try:
         return Path(hf_hub_download(repo, file, revision=revision, local_files_only=True,
                                     cache_dir=cache_dir()))

@@ -33,19 +33,22 @@ def file_hash(path: Path) -> str:
     return known[key]
 
 
-def converted_dir(gguf: Path, progress=None) -> Path:
-    """A directory holding config, tokenizer and model.safetensors for `gguf` (made if new)."""
-    out = cache_root() / "converted" / file_hash(gguf)[:32]
+def converted_dir(gguf: Path, progress=None, dtype: str = "float32") -> Path:
+    """A directory holding config, tokenizer and model.safetensors for `gguf` (made if new),
+    in the dtype the target runs in (an 8B model in float32 would take 32 GiB of disk)."""
+    name = file_hash(gguf)[:32] + ("" if dtype == "float32" else f"-{dtype}")
+    out = cache_root() / "converted" / name
     if (out / "model.safetensors").exists():
         return out
-    say(progress, f"converting {gguf.name} to PyTorch weights (first load only; 20-60 s)")
+    say(progress, f"converting {gguf.name} to PyTorch weights in {dtype} (first load only; "
+                  "20-60 s)")
     t0 = time.perf_counter()
-    _convert(gguf, out)
+    _convert(gguf, out, dtype)
     say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
     return out
 
 
-def _convert(gguf: Path, out: Path) -> None:
+def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -54,7 +57,7 @@ def _convert(gguf: Path, out: Path) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+                                                 dtype=getattr(torch, dtype))
     tok.save_pretrained(str(tmp))
     model.config.quantization_config = None  # the saved weights are plain, dequantized
     model.config.save_pretrained(str(tmp))

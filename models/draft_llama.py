@@ -12,15 +12,16 @@ from llama_cpp import _internals as internals
 from llama_cpp import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
-from core.backends import Draft
-from core.branching import BranchPolicy, softmax, top_ids, top_prob
+from core.backends import Branching, Draft, Proposal
+from core.branching import softmax, top_ids, top_prob
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
 set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
 
 
 class LlamaDrafter:
-    """Drafts with llama.cpp; contexts and proposals are target ids, translated by `vocab`."""
+    """Drafts with llama.cpp; contexts and proposals are target ids, translated by `vocab`
+    (core/align.py). With a `branching` policy it drafts several sequences in one batch."""
 
     def __init__(self, path: str | Path, n_threads: int = 1, n_ctx: int = 4096,
                  n_batch: int = 512, max_seqs: int = 8):
@@ -44,36 +45,38 @@ class LlamaDrafter:
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
         self.branches: dict[int, list[int]] = {}  # seq id -> its draft ids after branch_base
         self.branch_base = 0
-        self.vocab = None  # set by the loader (IdentityVocab or a translating map)
+        self.vocab = None  # set by the loader (core/align.py: IdentityVocab or MappedVocab)
 
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig,
                 rng_at: Callable[[int], np.random.Generator],
                 stop: threading.Event | None = None,
-                branching: BranchPolicy | None = None) -> Draft:
-        ids = self.vocab.to_draft(context, greedy=sampling.greedy)
+                branching: Branching | None = None) -> Proposal:
+        self.vocab.settle(context)  # stats: how much of the last proposal this context kept
+        ids = self.vocab.to_draft(context)
+        mask = self.vocab.draft_mask(sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()
         logits = self._sync(ids)
         sync_s = time.perf_counter() - t0
 
         def pick(row, i):
-            return self._choose(row, sampling, rng_at, len(context) + i)
+            return self._choose(row, mask, sampling, rng_at, len(context) + i)
         if branching is None or n < 2:
             seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
             self._extend(logits, n, pick, stop, seqs[0], rows[0])
         else:
-            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching)
-        drafts = [self._draft(t, r, sampling) for t, r in zip(seqs, rows)]
-        main = drafts[0]
-        main.sync_s, main.alternatives = sync_s, drafts[1:]
-        main.first_ranking = [self.vocab.to_target([t])[0] for t in ranking]
-        main.first_top_p = p_top
-        return main
+            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching, mask)
+        greedy = sampling.greedy
+        main = self._draft(seqs[0], rows[0], greedy, after=context)
+        others = [self._draft(t, r, greedy) for t, r in zip(seqs[1:], rows[1:])]
+        first = [self.vocab.to_target([t], greedy)[0] for t in ranking]
+        return Proposal(main, others, first, p_top, sync_s)
 
-    def _draft(self, toks: list[int], rows: list, sampling: SamplingConfig) -> Draft:
-        q = None if sampling.greedy or not rows else self.vocab.q_to_target(np.stack(rows))
-        return Draft(self.vocab.to_target(toks), q)
+    def _draft(self, toks: list[int], rows: list, greedy: bool,
+               after: list[int] | None = None) -> Draft:
+        q = None if greedy or not rows else self.vocab.q_to_target(np.stack(rows))
+        return Draft(self.vocab.to_target(toks, greedy, after), q)
 
     def _extend(self, logits, n, pick, stop, out, rows) -> None:
         """Draft sequence 0 up to n tokens, one decode per token (the last one undecoded)."""
@@ -86,11 +89,11 @@ class LlamaDrafter:
             if i + 1 < n:
                 logits = self._decode_batch([(tok, 0)])[0]
 
-    def _branched(self, logits, n, pick, stop, branching):
+    def _branched(self, logits, n, pick, stop, branching, mask):
         """Dynamic multi-sequence drafting: decide the sequences from theta, then draft them
         all with one batched decode per step (sequence ids share the prefix's KV cache)."""
         first, q0 = pick(logits, 0)
-        p_first = q0 if q0 is not None else self._masked_softmax(logits)
+        p_first = q0 if q0 is not None else _masked_softmax(logits, mask)
         ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
         extra = branching.extra_firsts(p_first, top_prob(logits2), first, n, ranked=ranking)
@@ -132,11 +135,6 @@ class LlamaDrafter:
         if better:
             self.rollback(base)
 
-    def _masked_softmax(self, logits: np.ndarray) -> np.ndarray:
-        if self.vocab.draft_mask is not None:
-            logits = np.where(self.vocab.draft_mask, logits, -np.inf)
-        return softmax(logits)
-
     def rollback(self, n_keep: int) -> None:
         if n_keep < len(self.tokens):
             C.llama_memory_seq_rm(self.ctx.memory, -1, n_keep, -1)
@@ -149,9 +147,10 @@ class LlamaDrafter:
         return prev
 
     # -- internals ------------------------------------------------------------------------
-    def _choose(self, logits: np.ndarray, sampling: SamplingConfig, rng_at, pos: int):
-        if self.vocab.draft_mask is not None:
-            logits = np.where(self.vocab.draft_mask, logits, -np.inf)
+    def _choose(self, logits: np.ndarray, mask: np.ndarray | None, sampling: SamplingConfig,
+                rng_at, pos: int):
+        if mask is not None:
+            logits = np.where(mask, logits, -np.inf)
         if sampling.greedy:
             return int(np.argmax(logits)), None
         q = logits_to_probs(logits, sampling)
@@ -222,6 +221,12 @@ class LlamaDrafter:
             self.batch = None
         self.ctx.close()
         self.model.close()
+
+
+def _masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    if mask is not None:
+        logits = np.where(mask, logits, -np.inf)
+    return softmax(logits)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,25 +1,23 @@
 """Hub access through huggingface_hub: which files a pair needs, resumable downloads with progress bars,
-size/hash checks against the Hub's metadata, and reading tokenizers (tokenizer.json, GGUF headers)."""
+size/hash checks against the Hub's metadata, and the Hub's errors as one-line messages.
+(--add-pair reads tokens with models/gguf_header.py and compares them in models/vocab_compare.py.)"""
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import httpx2
-from huggingface_hub import HfApi, hf_hub_download, hf_hub_url, try_to_load_from_cache
+from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import errors as hf_errors
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 from tqdm.auto import tqdm
 
-from models.catalog import PairError
+from models.catalog import PairError, cache_dir
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONFIG_FILES = ("config.json", "generation_config.json")
@@ -93,14 +91,6 @@ def endpoint() -> str:
 def token() -> str | None:
     from huggingface_hub import get_token
     return os.environ.get("HF_TOKEN") or get_token()
-
-
-def cache_dir() -> Path:
-    """The standard Hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
-    return Path(home).expanduser() / "hub"
 
 
 # ---- errors -----------------------------------------------------------------------------------
@@ -292,120 +282,3 @@ def discard(path: Path) -> None:
     path.unlink(missing_ok=True)
     if target != path:
         target.unlink(missing_ok=True)
-
-
-# ---- tokenizers (for --add-pair) --------------------------------------------------------------
-
-GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                10: "<Q", 11: "<q", 12: "<d"}
-
-
-def gguf_tokens(read: Callable[[int], bytes]) -> list[str] | None:
-    """tokenizer.ggml.tokens from a GGUF header, reading only as far as that key."""
-    if read(4) != b"GGUF":
-        raise PairError("not a GGUF file (bad magic)")
-    version = _unpack(read, "<I")
-    count = "<I" if version == 1 else "<Q"
-    _unpack(read, count)  # tensors
-    for _ in range(_unpack(read, count)):
-        key = _gguf_str(read, count)
-        value = _gguf_value(read, _unpack(read, "<I"), count, keep=key == "tokenizer.ggml.tokens")
-        if key == "tokenizer.ggml.tokens":
-            return value
-    return None
-
-
-def _unpack(read, fmt: str):
-    data = read(struct.calcsize(fmt))
-    if len(data) < struct.calcsize(fmt):
-        raise PairError("GGUF header ends early (truncated file)")
-    return struct.unpack(fmt, data)[0]
-
-
-def _gguf_str(read, count: str) -> str:
-    return read(_unpack(read, count)).decode("utf-8", errors="replace")
-
-
-def _gguf_value(read, vtype: int, count: str, keep: bool):
-    if vtype in GGUF_SCALARS:
-        return _unpack(read, GGUF_SCALARS[vtype])
-    if vtype == 8:
-        return _gguf_str(read, count)
-    if vtype != 9:
-        raise PairError(f"GGUF header has an unknown value type {vtype}")
-    etype, n = _unpack(read, "<I"), _unpack(read, count)
-    if etype in GGUF_SCALARS and not keep:
-        read(n * struct.calcsize(GGUF_SCALARS[etype]))
-        return None
-    items = [_gguf_value(read, etype, count, keep) for _ in range(n)]
-    return items if keep else None
-
-
-class RangeReader:
-    """A file on the Hub read front to back with HTTP Range requests, a few MiB at a time."""
-
-    def __init__(self, cfg: HubConfig, repo: str, file: str, revision: str = "main", chunk: int = 4 << 20):
-        self.url = hf_hub_url(repo, file, revision=revision, endpoint=cfg.endpoint)
-        self.headers = build_hf_headers(token=cfg.token or False)
-        self.cfg, self.repo, self.chunk = cfg, repo, chunk
-        self.buf, self.pos = b"", 0
-
-    def read(self, n: int) -> bytes:
-        while len(self.buf) - self.pos < n:
-            if not self._more():
-                break
-        out = self.buf[self.pos:self.pos + n]
-        self.pos += len(out)
-        return out
-
-    def _more(self) -> bool:
-        start = len(self.buf)
-        headers = {**self.headers, "Range": f"bytes={start}-{start + self.chunk - 1}"}
-        with hub_errors(self.cfg, self.repo):
-            r = get_session().get(self.url, headers=headers, follow_redirects=True)
-            if r.status_code == 416:  # asked past the end of the file
-                return False
-            hf_raise_for_status(r)
-        data = r.content if r.status_code == 206 else r.content[start:]
-        self.buf += data
-        return bool(data)
-
-
-def tokenizer_json_vocab(path: Path) -> list[str]:
-    """Id-ordered tokens of a tokenizers-library tokenizer.json (BPE/WordPiece dict or Unigram list)."""
-    tj = json.loads(path.read_text())
-    vocab = tj["model"]["vocab"]
-    ids = {i: t for t, i in vocab.items()} if isinstance(vocab, dict) else {i: p[0] for i, p in enumerate(vocab)}
-    ids.update({a["id"]: a["content"] for a in tj.get("added_tokens", [])})
-    return [ids.get(i, "") for i in range(max(ids) + 1)] if ids else []
-
-
-def folder_vocab(folder: Path) -> list[str] | None:
-    """The target's tokens: tokenizer.json when present, else whatever transformers can load."""
-    if (folder / "tokenizer.json").is_file():
-        return tokenizer_json_vocab(folder / "tokenizer.json")
-    try:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(folder))
-        return tok.convert_ids_to_tokens(list(range(len(tok))))
-    except Exception:  # noqa: BLE001 - any tokenizer we cannot read means "unknown", not a crash
-        return None
-
-
-def compare_vocabs(target: list[str], draft: list[str]) -> tuple[bool, str]:
-    """Same tokenizer when the token strings agree id by id over (nearly) all real tokens;
-    padding entries ([PAD..], empty) at either end are ignored."""
-    real_t, real_d = _real(target), _real(draft)
-    n = min(len(target), len(draft))
-    pairs = [(target[i], draft[i]) for i in range(n) if _is_real(target[i]) and _is_real(draft[i])]
-    differ = sum(1 for a, b in pairs if a != b)
-    same = bool(pairs) and differ <= len(pairs) // 1000 and len(pairs) >= 0.98 * max(real_t, real_d)
-    return same, f"target {real_t} tokens, draft {real_d}, {len(pairs)} compared, {differ} differ"
-
-
-def _is_real(tok: str) -> bool:
-    return bool(tok) and not tok.startswith("[PAD")
-
-
-def _real(tokens: list[str]) -> int:
-    return sum(1 for t in tokens if _is_real(t))

@@ -11,11 +11,10 @@ from typing import Callable, Iterator
 from core.branching import FirstTokenOdds
 from core.engine import GenConfig, generate
 from core.output import Event
-from core.vocab import IdentityVocab
+from core.align import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
-from models.memory import check_folder_fits
 from models.target_torch import pick_device, pick_dtype
 
 log = logging.getLogger("duo.loader")
@@ -29,6 +28,7 @@ class LoadOptions:
     n_ctx: int = 4096
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
+    target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
     remeasure: bool = False  # profile the draft budget again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
@@ -41,7 +41,7 @@ class Pair:
         from transformers import AutoTokenizer
 
         from models.draft_llama import LlamaDrafter
-        from models.target_choice import load_target
+        from models.target_choice import load_target, pick_quant_kind
 
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
         say = progress or (lambda m: log.info(m))
@@ -50,14 +50,18 @@ class Pair:
         self.draft_format = pick_draft(_check_gguf(draft_path(self.spec)),
                                        self.opts.draft_format, say)
         draft_gguf = self.draft_format.path
-        model_dir = converted_dir(_check_gguf(target_file), say) if kind == "gguf" else target_file
-        self.target_dir = model_dir
-        device = self.opts.device or pick_device()
-        check_folder_fits(model_dir, device, 2 if device.startswith("cuda") else 4)
+        device = _check_device(self.opts.device or pick_device())
         dtype = pick_dtype(device, self.opts.dtype)
-        say(f"loading target {target_file.name} on {device} ({dtype})")
+        model_dir = (converted_dir(_check_gguf(target_file), say, dtype) if kind == "gguf"
+                     else target_file)
+        self.target_dir = model_dir
+        group = 32 if kind == "gguf" else None  # GGUF blocks are 32 wide: int4 stays near-exact
+        quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, self.opts.n_ctx,
+                                                   self.opts.target_quant, group, say)
+        say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant})")
         self.target = load_target(model_dir, device, dtype, self.opts.n_ctx,
-                                  self.opts.target_compile, self.opts.compile_buckets, say)
+                                  self.opts.target_compile, self.opts.compile_buckets, say,
+                                  quant, group)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         say(f"loading draft {draft_gguf.name} on the CPU")
         self.drafter = LlamaDrafter(draft_gguf, n_threads=1, n_ctx=self.opts.n_ctx + 64)
@@ -92,6 +96,8 @@ class Pair:
         cores = max(1, self.opts.cores)
         if self.target.device.startswith("cuda"):
             return self.draft_threads(max(1, cores - 1)), 1
+        if self.target.fixed_threads:  # a compiled CPU target keeps its own count
+            return max(1, cores // 2), self.target.fixed_threads
         if method == "duo":
             return self.draft_threads(max(1, cores // 2)), max(1, cores - cores // 2)
         return self.draft_threads(max(1, cores // 2)), cores
@@ -158,6 +164,7 @@ class Pair:
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
                 ev.stats["target_path"] = self.target.path
+                ev.stats["target_quant"] = self.target.quant
                 ev.stats["draft_format"] = self.draft_format.to_dict()
             yield ev
 
@@ -170,12 +177,24 @@ class Pair:
         draft_n, _ = self.threads_for("duo")
         fmt = self.draft_format
         return {"draft": f"CPU, {draft_n} thread(s), {fmt.path.name} ({fmt.kind})",
-                "target": f"{self.target.device_name()}, {self.target.dtype}, "
+                "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
+                          f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
                           f"{self.target.path} ({self.target.compile_choice})"}
 
     def close(self) -> None:
         self.drafter.close()
         self.target.close()
+
+
+def _check_device(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PairError(f"--device {device}: this machine's torch sees no CUDA GPU "
+                        f"(torch {torch.__version__}); use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise PairError(f"--device must be cpu or cuda, got '{device}'")
+    return device
 
 
 def _check_gguf(path: Path) -> Path:

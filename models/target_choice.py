@@ -1,6 +1,7 @@
-"""Which target path runs (`--target-compile auto|on|off`): the compiled static-cache target,
-or the eager one. `auto` is on for cuda; on the CPU it is what measured faster on this
-machine (measured once, cached beside the budget profiles)."""
+"""Which target runs: the path (`--target-compile auto|on|off`: the compiled static-cache
+target or the eager one) and the weights' precision (`--target-quant auto|none|int8|int4`).
+`auto`: on cuda, compiled and the best precision that fits the free memory; on the CPU, what
+measured faster on this machine (measured once, cached beside the budget profiles)."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,15 @@ from pathlib import Path
 from models.convert import cache_root
 
 COMPILE_CHOICES = ("auto", "on", "off")
+QUANT_CHOICES = ("auto", "none", "int8", "int4")
 PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
 
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
-                buckets: tuple[int, ...] | None = None, progress=None):
-    """The target for these options; `auto` on the CPU may time both paths first."""
+                buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
+                quant_group: int | None = None):
+    """The target for these options (`quant` already picked); `auto` on the CPU may time
+    both paths first."""
     from models.target_static import StaticTarget
     from models.target_torch import TorchTarget
 
@@ -26,9 +30,9 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         on = _cpu_prefers_compiled(model_dir, dtype, n_ctx, progress)
     if on:
         target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
-                              progress=progress)
+                              progress=progress, quant=quant, quant_group=quant_group)
     else:
-        target = TorchTarget(model_dir, device, n_ctx, dtype)
+        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
     target.compile_choice = f"{compile}: {_why(compile, device, on)}"
     return target
 
@@ -42,34 +46,96 @@ def _why(compile: str, device: str, on: bool) -> str:
 
 
 def _cpu_prefers_compiled(model_dir: Path, dtype: str, n_ctx: int, progress=None) -> bool:
-    """Time the eager and the compiled forward at PROBE_SIZES once per machine, model, dtype
-    and window; True when the compiled one is faster."""
-    from models.profiler import machine_key
-
-    path = cache_root() / "target_paths.json"
-    key = f"v1|{machine_key()}|{Path(model_dir).name}|cpu|{dtype}|ctx{n_ctx}"
-    known = json.loads(path.read_text()) if path.exists() else {}
-    if key not in known:
-        if progress:
-            progress("timing the eager vs the compiled target on this CPU (first load only)")
-        known[key] = compare_paths(model_dir, dtype, n_ctx)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1))
-    times = known[key]
+    """True when the compiled forward timed faster than the eager one on this CPU."""
+    times = _measured(f"compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}",
+                      lambda: compare_paths(model_dir, dtype, n_ctx), progress,
+                      "timing the eager vs the compiled target on this CPU (first load only)")
     return sum(times["compiled"]) < sum(times["eager"])
 
 
 def compare_paths(model_dir: Path, dtype: str, n_ctx: int) -> dict:
     """Median forward time (s) at each PROBE_SIZES for both paths on the CPU."""
-    from models.profiler import verify_time
     from models.target_static import StaticTarget
     from models.target_torch import TorchTarget
 
-    ctx, out = [100 + i for i in range(64)], {}
-    for name, make in (("eager", lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype)),
-                       ("compiled", lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype,
-                                                         buckets=PROBE_SIZES))):
-        target = make()
-        out[name] = [verify_time(target, ctx, n, repeats=5) for n in PROBE_SIZES]
-        target.close()
+    return {"eager": _timed(lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype)),
+            "compiled": _timed(lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype,
+                                                    buckets=PROBE_SIZES))}
+
+
+def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
+                    choice: str = "auto", group: int | None = None, progress=None):
+    """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits;
+    `auto`: on cuda the best precision whose weights, KV cache and a margin fit the free
+    memory (bf16 > int8 > int4), on the CPU the fastest measured. DoesNotFit (a PairError)
+    says what would fit when nothing does."""
+    from models.memory import GIB, DoesNotFit, free_bytes, model_dims, pick_quant
+    from models.quant import supported
+    from models.target_torch import DTYPES
+
+    if choice not in QUANT_CHOICES:
+        raise ValueError(f"--target-quant must be one of {', '.join(QUANT_CHOICES)}, "
+                         f"got '{choice}'")
+    dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
+    free, where = free_bytes(device)
+    base = DTYPES[dtype].itemsize
+    runs = [k for k in ("none", "int8", "int4") if supported(k, device, DTYPES[dtype])[0]]
+    if choice != "auto":
+        ok, why = supported(choice, device, DTYPES[dtype])
+        if not ok:
+            raise ValueError(f"--target-quant {choice}: {why}")
+        need = dims.needed(choice, n_ctx, base_bytes=base)
+        if free is not None and need > free:
+            raise DoesNotFit(f"the target in {choice} needs {need / GIB:.1f} GiB at {n_ctx} "
+                             f"tokens; {free / GIB:.1f} GiB free on {where}")
+        return choice, "as asked"
+    fastest = lambda fits: _cpu_fastest_quant(  # noqa: E731
+        model_dir, dtype, n_ctx, [k for k in fits if k in runs], group, progress)
+    pick = pick_quant(dims, n_ctx, free, device, base_bytes=base, where=where,
+                      cpu_choice=fastest if device == "cpu" else None)
+    if pick.kind not in runs:
+        raise ValueError(f"--target-quant auto picked {pick.kind}, which does not run here: "
+                         f"{supported(pick.kind, device, DTYPES[dtype])[1]}")
+    return pick.kind, pick.reason
+
+
+def _cpu_fastest_quant(model_dir: Path, dtype: str, n_ctx: int, kinds: list[str],
+                       group: int | None, progress=None) -> str:
+    """The precision whose eager forward timed fastest on this CPU (once per model)."""
+    from models.target_torch import TorchTarget
+
+    if len(kinds) < 2:
+        return kinds[0] if kinds else "none"
+    times = _measured(f"quant|{Path(model_dir).name}|{dtype}|{'-'.join(kinds)}|g{group}",
+                      lambda: {k: _timed(lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype,
+                                                             k, group)) for k in kinds},
+                      progress, f"timing the target in {', '.join(kinds)} on this CPU "
+                                "(first load only)")
+    return min(kinds, key=lambda k: sum(times[k]))
+
+
+def _timed(make) -> list[float]:
+    """Median forward times (s) at PROBE_SIZES of a freshly built target."""
+    from models.profiler import verify_time
+
+    target = make()
+    out = [verify_time(target, [100 + i for i in range(64)], n, repeats=5)
+           for n in PROBE_SIZES]
+    target.close()
     return out
+
+
+def _measured(what: str, measure, progress, say: str):
+    """A measurement of this machine, made once and kept in target_paths.json."""
+    from models.profiler import machine_key
+
+    path = cache_root() / "target_paths.json"
+    key = f"v2|{machine_key()}|{what}"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    if key not in known:
+        if progress:
+            progress(say)
+        known[key] = measure()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known, indent=1))
+    return known[key]

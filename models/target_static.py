@@ -24,8 +24,9 @@ class StaticTarget(TorchTarget):
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
-                 buckets: tuple[int, ...] | None = None, progress=None):
-        super().__init__(model_dir, device, n_ctx, dtype)
+                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
+                 quant_group: int | None = None):
+        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if cuda else CPU_BUCKETS)))
         self.compiled = compile
@@ -34,6 +35,7 @@ class StaticTarget(TorchTarget):
         self.cache = None
         self._allocate()
         self._step = _compiled(self._forward, cuda) if compile else self._forward
+        self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
         if compile:
             self.warm_up(progress)
 
@@ -106,6 +108,14 @@ class StaticTarget(TorchTarget):
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
+
+    def set_threads(self, n: int) -> int:
+        """A graph compiled for the CPU is guarded on torch's thread count (another count
+        recompiles every shape, tens of seconds each): the compiled CPU target keeps the count
+        it was compiled with."""
+        if self.fixed_threads:
+            return self.fixed_threads
+        return super().set_threads(n)
 
     def close(self) -> None:
         self._step = None

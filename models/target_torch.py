@@ -32,13 +32,21 @@ def pick_dtype(device: str, name: str = "auto") -> str:
 
 class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
+    fixed_threads: int | None = None  # a thread count set_threads cannot change
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
-                 n_ctx: int | None = None, dtype: str = "auto"):
+                 n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
+                 quant_group: int | None = None, progress=None):
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir),
-                                                          dtype=DTYPES[self.dtype])
+        self.quant = quant  # weight-only: none, int8, int4 (models/quant.py)
+        if quant == "none":
+            self.model = AutoModelForCausalLM.from_pretrained(str(model_dir),
+                                                              dtype=DTYPES[self.dtype])
+        else:
+            from models.quant import load_or_quantize
+            self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
+                                          quant_group, progress)
         self.model.to(self.device).eval()
         cfg = self.model.config
         self.name = Path(model_dir).name

@@ -1,5 +1,6 @@
-"""Builds a pair's vocabulary translation: token bytes from the target's Hugging Face tokenizer
-and from the draft's llama.cpp model, the load-time analysis, cached on disk per file pair."""
+"""Builds a pair's vocabulary translation at load time: token bytes from the target's Hugging Face
+tokenizer and from the draft's llama.cpp model, the analysis (`VocabMap`: twins, control
+tokens, whether the pair can work), cached on disk per file pair. core/align.py translates."""
 from __future__ import annotations
 
 import hashlib
@@ -11,13 +12,106 @@ from typing import Callable
 
 import numpy as np
 
-from core.vocab import IdentityVocab, MappedVocab, Tokenize, VocabMap, VocabSide
+from core.align import IdentityVocab, MappedVocab, Tokenize, VocabSide
 from models.catalog import PairError
 from models.convert import cache_root, file_hash
 
 log = logging.getLogger("duo.vocab")
 VERSION = 1  # bump when the extraction or the analysis changes: old cache files are ignored
 _FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# Control tokens with the same job in different families (chat-template turn markers).
+ROLES = {
+    "turn_start": ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<|user|>"),
+    "turn_end": ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"),
+}
+MIN_SHARED = 256  # fewer tokens spelled alike and a draft cannot say anything useful
+PROBE = "Hello, world! The year 2024: naïve café, 你好, emoji 😀.\n    return x**2"
+
+
+# -- the analysis: which ids are spelled alike, how control tokens correspond --------------
+class VocabMap:
+    """Load-time analysis: which draft ids have a target twin spelled with the same bytes
+    (1:1), how control tokens correspond, and whether the pair can work at all."""
+
+    def __init__(self, draft: VocabSide, target: VocabSide, d2t: np.ndarray | None = None):
+        self.draft, self.target = draft, target
+        self.d2t = self._twins() if d2t is None else np.array(d2t, dtype=np.int32)
+        self.control_t2d, self.control_d2t = self._controls()
+        for d, t in self.control_d2t.items():
+            self.d2t[d] = t
+        self.one_to_one = self.d2t >= 0
+
+    def _twins(self) -> np.ndarray:
+        by_bytes: dict[bytes, int] = {}
+        for t, p in enumerate(self.target.pieces):
+            if self.target.text_id(t) and (p not in by_bytes or by_bytes[p] in
+                                           self.target.fallback):
+                by_bytes[p] = t
+        d2t = np.full(len(self.draft), -1, dtype=np.int32)
+        for d, p in enumerate(self.draft.pieces):
+            if self.draft.text_id(d):
+                d2t[d] = by_bytes.get(p, -1)
+        return d2t
+
+    def _controls(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Control tokens: same name, same role (turn markers), end-of-text to end-of-text.
+        Target controls with no counterpart vanish from the draft's context; draft controls
+        with no counterpart are never proposed."""
+        t2d, d2t = {}, {}
+        d_by_name = {n: i for i, n in self.draft.control.items()}
+        d_by_role = {r: i for i, n in self.draft.control.items() for r, ns in ROLES.items()
+                     if n in ns}
+        for t, name in self.target.control.items():
+            role = next((r for r, ns in ROLES.items() if name in ns), None)
+            d = d_by_name.get(name, d_by_role.get(role))
+            if d is None and t in self.target.eos and self.draft.eos:
+                d = min(self.draft.eos)
+            if d is not None:
+                t2d[t] = d
+                d2t.setdefault(d, t)
+        if self.target.eos:
+            for d in self.draft.eos:
+                d2t.setdefault(d, min(self.target.eos))
+        return t2d, d2t
+
+    def report(self) -> dict:
+        text_d = [i for i in range(len(self.draft)) if self.draft.text_id(i)]
+        text_t = sum(self.target.text_id(i) for i in range(len(self.target)))
+        shared = int((self.d2t[text_d] >= 0).sum()) if text_d else 0
+        return {
+            "draft_size": len(self.draft), "target_size": len(self.target),
+            "draft_text_tokens": len(text_d), "target_text_tokens": text_t,
+            "shared_tokens": shared,
+            "draft_share": round(shared / len(text_d), 4) if text_d else 0.0,
+            "target_share": round(shared / text_t, 4) if text_t else 0.0,
+            "draft_controls": len(self.draft.control),
+            "target_controls": len(self.target.control),
+            "controls_mapped": {self.target.control[t]: self.draft.control[d]
+                                for t, d in sorted(self.control_t2d.items())},
+            "target_byte_fallback": len(self.target.fallback),
+            "draft_bytes_covered": len(self.draft.byte_id),
+            "target_bytes_covered": len(self.target.byte_id),
+        }
+
+    def problems(self, draft_tok: Tokenize | None = None,
+                 target_tok: Tokenize | None = None) -> list[str]:
+        """Why this pair cannot work (empty when it can)."""
+        rep, out = self.report(), []
+        if rep["shared_tokens"] < MIN_SHARED:
+            out.append(f"the vocabularies share only {rep['shared_tokens']} tokens with "
+                       f"identical bytes (need {MIN_SHARED}): they do not spell text alike")
+        for side, tok, pieces in (("draft", draft_tok, self.draft.pieces),
+                                  ("target", target_tok, self.target.pieces)):
+            if tok is None:
+                continue
+            back = b"".join(pieces[i] for i in tok(PROBE))
+            if back != PROBE.encode():
+                out.append(f"the {side} tokenizer does not give its text back byte for byte "
+                           f"(a normalizer changes it: {PROBE!r} -> "
+                           f"{back.decode('utf-8', 'replace')!r})")
+        if not self.draft.eos:
+            out.append("the draft has no end-of-text token")
+        return out
 
 
 # -- token bytes from each tokenizer ---------------------------------------------------------

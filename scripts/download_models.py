@@ -14,10 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import hub  # noqa: E402
+from models import gguf_header, hub, vocab_compare  # noqa: E402
 from models.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
-                            get_pair, read_entries, save_user_entry, weights_complete)
-from models.memory import GIB, estimate_bytes  # noqa: E402
+                            get_pair, read_entries, save_user_entry, target_source, weights_complete)
+from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, GIB, PRECISIONS, DoesNotFit,  # noqa: E402
+                           estimate_bytes, free_bytes, model_dims, pick_quant, precision_label,
+                           size_config)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -73,27 +75,63 @@ def fail(message: str, code: int) -> int:
 # ---- --list -----------------------------------------------------------------------------------
 
 def list_pairs(as_json: bool) -> int:
-    rows = [pair_row(s) for s in load_catalog().values()]
+    gpu_free, _ = free_bytes("cuda")
+    rows = [pair_row(s, gpu_free) for s in load_catalog().values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = ("NAME", "TARGET", "DRAFT", "DOWNLOAD", "GPU bf16", "GATED", "TOKENIZER", "ON DISK")
-    table = [head] + [(r["name"], r["target_repo"] or "(embedded)", _draft_label(r),
-                       _gb(r["download_gb"], "GB"), _gb(r["gpu_gib_bf16"], "GiB"),
-                       "yes" if r["gated"] else "no", "same" if r["same_tokenizer"] else "different",
-                       "yes" if r["downloaded"] else "no") for r in rows]
+    head = ("NAME", "TARGET", "DRAFT", "DOWNLOAD", "BF16", "INT8", "INT4", "USE", "GATED", "TOKENIZER", "ON DISK")
+    table = [head] + [(r["name"], r["target_repo"] or "(embedded)", _draft_label(r), _gb(r["download_gb"], "GB"),
+                       *(_gb((r["vram_gib"] or {}).get(k), "GiB") for k in ("bf16", "int8", "int4")),
+                       r["would_use"], "yes" if r["gated"] else "no",
+                       "same" if r["same_tokenizer"] else "different", "yes" if r["downloaded"] else "no")
+                      for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    where = "no GPU here, the target runs on the CPU" if gpu_free is None else \
+        f"the best that fits {gpu_free / GIB:.1f} GiB free on the GPU"
+    print(f"\nBF16/INT8/INT4: GPU memory for the target's weights, its KV cache for {DEFAULT_CTX} tokens and "
+          f"{DEFAULT_MARGIN / GIB:.1f} GiB margin.\nUSE: what --target-quant auto picks on this machine ({where}).")
     return 0
 
 
-def pair_row(s: PairSpec) -> dict:
+def pair_row(s: PairSpec, gpu_free: int | None = None) -> dict:
+    vram, use = precision_sizes(s, gpu_free)
     return {"name": s.name, "embedded": s.embedded, "target_repo": s.target_repo, "draft_repo": s.draft_repo,
             "draft_file": s.draft_file, "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
             "gated": s.gated, "download_gb": s.extra.get("download_gb"),
             "gpu_gib_bf16": s.extra.get("gpu_gib_bf16"), "quantization": s.extra.get("quantization"),
-            "user": s.user, "note": s.note}
+            "vram_gib": vram, "vram_ctx": DEFAULT_CTX, "would_use": use, "user": s.user, "note": s.note}
+
+
+def precision_sizes(s: PairSpec, gpu_free: int | None) -> tuple[dict | None, str]:
+    """GiB each precision needs on a GPU (from the catalog's target_config, else a downloaded
+    config.json), and what this machine would use: 'cpu' without a GPU, else what `auto` picks."""
+    try:
+        dims = model_dims(target_config(s))
+    except PairError:
+        return None, "cpu" if gpu_free is None else "-"
+    vram = {precision_label(k): round(dims.needed(k, DEFAULT_CTX) / GIB, 1) for k in PRECISIONS}
+    if gpu_free is None:
+        return vram, "cpu"
+    try:
+        return vram, precision_label(pick_quant(dims, DEFAULT_CTX, gpu_free, "cuda").kind)
+    except DoesNotFit:
+        return vram, "too big"
+
+
+def target_config(s: PairSpec) -> dict:
+    """The target's sizes: the catalog's target_config, or config.json of a downloaded target."""
+    if isinstance(s.extra.get("target_config"), dict):
+        return s.extra["target_config"]
+    kind, folder = target_source(s)
+    if kind != "hf":
+        raise PairError(f"pair '{s.name}': no target_config and no config.json")
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise PairError(f"pair '{s.name}': cannot read {folder / 'config.json'}: {e}") from None
 
 
 def _draft_label(r: dict) -> str:
@@ -220,19 +258,19 @@ def describe_draft(cfg: hub.HubConfig, arg: str) -> tuple[dict, list[str] | None
         if path.suffix != ".gguf":
             raise PairError(f"draft {path} is not a .gguf file")
         with path.open("rb") as fh:
-            return {"path": str(path.resolve())}, hub.gguf_tokens(fh.read)
+            return {"path": str(path.resolve())}, gguf_header.gguf_tokens(fh.read)
     repo, sep, file = arg.partition(":")
     if not sep or not file.endswith(".gguf"):
         raise PairError(f"--draft '{arg}' is neither a local .gguf file nor REPO:FILE.gguf")
     hub.plan_draft(cfg, repo, file)
-    return {"repo": repo, "file": file}, hub.gguf_tokens(hub.RangeReader(cfg, repo, file).read)
+    return {"repo": repo, "file": file}, gguf_header.gguf_tokens(gguf_header.RangeReader(cfg, repo, file).read)
 
 
 def compare_tokenizers(folder: Path, d_tokens: list[str] | None) -> tuple[bool, str]:
-    t_tokens = hub.folder_vocab(folder)
+    t_tokens = vocab_compare.folder_vocab(folder)
     if not t_tokens or not d_tokens:
         return False, "could not read both tokenizers, treated as different"
-    return hub.compare_vocabs(t_tokens, d_tokens)
+    return vocab_compare.compare_vocabs(t_tokens, d_tokens)
 
 
 def has_chat_template(folder: Path) -> bool:
@@ -247,7 +285,7 @@ def has_chat_template(folder: Path) -> bool:
 def sizes(folder: Path) -> dict:
     try:
         config = json.loads((folder / "config.json").read_text())
-        return {"gpu_gib_bf16": round(estimate_bytes(config, 2) / GIB, 1)}
+        return {"gpu_gib_bf16": round(estimate_bytes(config, 2) / GIB, 1), "target_config": size_config(config)}
     except (OSError, ValueError, PairError):
         return {}
 

@@ -12,13 +12,15 @@ sys.path.insert(0, str(ROOT))
 # The eager target is the reference path; the compiled one has its own tests (compiling
 # every start of the CLI and the app would take minutes on a CPU).
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
+os.environ.setdefault("DUO_TARGET_QUANT", "none")
 
 
 @pytest.fixture(scope="session")
 def smol_pair():
     from models.loader import LoadOptions, Pair
 
-    pair = Pair("smol-self", LoadOptions(target_compile="off"))  # the eager reference path
+    # the eager, unquantized reference path
+    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
     yield pair
     pair.close()
 
@@ -36,6 +38,7 @@ def pair_with(smol_pair):
 
         def load(**options):
             options.setdefault("target_compile", "off")
+            options.setdefault("target_quant", "none")
             pairs.append(Pair("smol-self", LoadOptions(**options)))
             return pairs[-1]
         yield load

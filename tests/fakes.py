@@ -1,11 +1,13 @@
-"""Fake backends with known small-vocabulary Markov distributions and optional delays."""
+"""Fake backends with known small-vocabulary Markov distributions and optional delays, and a
+longest-match tokenizer over a VocabSide for the vocabulary fakes (real pairs pass their own)."""
 from __future__ import annotations
 
 import time
 
 import numpy as np
 
-from core.backends import Draft, Scores
+from core.align import VocabSide
+from core.backends import Draft, Proposal, Scores
 from core.budget import Profile
 from core.sampling import SamplingConfig, logits_to_probs, sample
 
@@ -70,19 +72,19 @@ class FakeDrafter(Threads):
         self.calls.append((len(context), n))
         main = self._sequence(list(context), [], n, sampling, rng_at, stop)
         if branching is None or n < 2 or not main.tokens:
-            return main
+            return Proposal(main)
         p_first = self._q(context[-1], sampling)
         p_first = p_first if not sampling.greedy else self._q(context[-1], SamplingConfig(1.0))
         p2 = self._q(main.tokens[0], SamplingConfig(1.0)).max()
         firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0], n)
         steps = branching.steps(n, 1 + len(firsts))
         main = self._sequence(list(context), [], steps, sampling, rng_at, stop)
-        main.alternatives = [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
-                             for f in firsts]
-        main.first_ranking = [int(t) for t in np.argsort(-p_first)[:8]]
-        main.first_top_p = float(p_first.max())
-        self.branch_counts.append(main.n_seqs)
-        return main
+        out = Proposal(main, [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
+                              for f in firsts])
+        out.first_ranking = [int(t) for t in np.argsort(-p_first)[:8]]
+        out.first_top_p = float(p_first.max())
+        self.branch_counts.append(out.n_seqs)
+        return out
 
     def _q(self, last, sampling):
         return logits_to_probs(np.log(self.Q[last] + 1e-30), sampling)
@@ -119,3 +121,28 @@ def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Prof
 def decode(ids):
     return " ".join(map(str, ids))
 
+
+
+class LongestMatch:
+    """Greedy longest-match tokenizer over a vocabulary's pieces (text ids only)."""
+
+    def __init__(self, side: VocabSide):
+        self.ids = {p: i for i, p in enumerate(side.pieces)
+                    if side.text_id(i) and i not in side.fallback}
+        self.byte_id = side.byte_id
+        self.longest = max((len(p) for p in self.ids), default=1)
+
+    def __call__(self, text: str) -> list[int]:
+        data, out, i = text.encode("utf-8"), [], 0
+        while i < len(data):
+            for n in range(min(self.longest, len(data) - i), 0, -1):
+                tok = self.ids.get(data[i:i + n])
+                if tok is not None:
+                    out.append(tok)
+                    i += n
+                    break
+            else:
+                if data[i] in self.byte_id:
+                    out.append(self.byte_id[data[i]])
+                i += 1
+        return out

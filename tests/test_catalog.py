@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import download_models  # noqa: E402
-from models import catalog, hub, memory  # noqa: E402
+from models import catalog, gguf_header, hub, memory, vocab_compare  # noqa: E402
 from models.catalog import PairError  # noqa: E402
 from tests.fake_hub import make_gguf, tokenizer_json  # noqa: E402
 
@@ -185,13 +185,27 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
-def test_list_table(user_file, capsys):
+def test_list_table(user_file, capsys, monkeypatch):
+    monkeypatch.setattr(download_models, "free_bytes", lambda device: (None, device))  # no GPU
     code, out, _ = run(capsys, "--list")
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:3] == ["NAME", "TARGET", "DRAFT"]
+    assert lines[0].split()[4:8] == ["BF16", "INT8", "INT4", "USE"]
     row = next(line for line in lines if line.startswith("llama3.1-8b-1b "))
-    assert "meta-llama/Llama-3.1-8B-Instruct" in row and "16.5 GiB" in row and row.split()[-1] == "no"
+    assert "meta-llama/Llama-3.1-8B-Instruct" in row and row.split()[-1] == "no"
+    assert "16.5 GiB  10.0 GiB  6.9 GiB  cpu" in row  # bf16 / int8 / int4 at 4096 tokens
     assert next(line for line in lines if line.startswith("smol-self ")).split()[-1] == "yes"
+    assert "KV cache for 4096 tokens" in out and "no GPU here" in out
+
+
+def test_list_says_what_this_gpu_would_use(user_file, capsys, monkeypatch):
+    monkeypatch.setattr(download_models, "free_bytes", lambda device: (12 * memory.GIB, "cuda:0"))
+    code, out, _ = run(capsys, "--list", "--json")
+    use = {r["name"]: r["would_use"] for r in json.loads(out)}
+    assert code == 0 and (use["llama3.1-8b-1b"], use["qwen2.5-7b-0.5b"], use["smol-self"]) == ("int8", "int8", "bf16")
+    monkeypatch.setattr(download_models, "free_bytes", lambda device: (4 * memory.GIB, "cuda:0"))
+    use = {r["name"]: r["would_use"] for r in json.loads(run(capsys, "--list", "--json")[1])}
+    assert (use["llama3.1-8b-1b"], use["smol-1.7b-360m"]) == ("too big", "int8")  # 1.7B: bf16 4.9, int8 3.4 GiB
 
 
 def test_list_json(user_file, capsys):
@@ -202,6 +216,9 @@ def test_list_json(user_file, capsys):
     assert rows["qwen2.5-7b-smol360m"]["same_tokenizer"] is False
     assert rows["smol-self"]["embedded"] and rows["smol-self"]["downloaded"]
     assert rows["qwen2.5-7b-0.5b"]["draft_file"] == "qwen2.5-0.5b-instruct-q8_0.gguf"
+    assert rows["llama3.1-8b-1b"]["vram_gib"] == {"bf16": 16.5, "int8": 10.0, "int4": 6.9}
+    assert rows["llama3.1-8b-1b"]["vram_ctx"] == 4096
+    assert rows["llama3.1-8b-1b"]["would_use"] in {"cpu", "bf16", "int8", "int4", "too big"}
 
 
 def test_embedded_pair_needs_no_download(user_file, capsys):
@@ -273,20 +290,20 @@ def test_add_pair_replaces_own_entry(user_file, tmp_path, capsys):
 def test_gguf_tokens_of_the_embedded_draft(user_file):
     path = catalog.draft_path(catalog.get_pair("smol-self"))
     with path.open("rb") as fh:
-        tokens = hub.gguf_tokens(fh.read)
+        tokens = gguf_header.gguf_tokens(fh.read)
     assert len(tokens) == 49152 and tokens[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def test_gguf_truncated_header():
     with pytest.raises(PairError, match="ends early"):
-        hub.gguf_tokens(io.BytesIO(make_gguf(TOKENS)[:100]).read)
+        gguf_header.gguf_tokens(io.BytesIO(make_gguf(TOKENS)[:100]).read)
 
 
 def test_compare_vocabs():
-    assert hub.compare_vocabs(TOKENS, TOKENS)[0]
-    assert hub.compare_vocabs(TOKENS + [""] * 5, TOKENS + ["[PAD1]"] * 9)[0]
-    assert not hub.compare_vocabs(TOKENS, TOKENS[:10])[0]
-    assert not hub.compare_vocabs(TOKENS, list(reversed(TOKENS)))[0]
+    assert vocab_compare.compare_vocabs(TOKENS, TOKENS)[0]
+    assert vocab_compare.compare_vocabs(TOKENS + [""] * 5, TOKENS + ["[PAD1]"] * 9)[0]
+    assert not vocab_compare.compare_vocabs(TOKENS, TOKENS[:10])[0]
+    assert not vocab_compare.compare_vocabs(TOKENS, list(reversed(TOKENS)))[0]
 
 
 # ---- memory ----------------------------------------------------------------------------------

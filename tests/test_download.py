@@ -208,6 +208,10 @@ def test_add_pair_from_the_hub_reads_gguf_header_by_range(env, fake, capsys):
     assert spec.target == {"repo": "org/tiny-target"} and spec.draft_file == "tiny-q8_0.gguf"
     assert any(blob_gets(fake, "org/tiny-draft-GGUF", "tiny-q8_0.gguf"))
     assert not any(p.endswith("model.safetensors") and m == "GET" for m, p, _ in fake.requests)
+    assert spec.extra["target_config"] == CONFIG  # sizes each precision in --list before the download
+    code, out, _ = run(capsys, "--list", "--json")
+    row = next(r for r in json.loads(out) if r["name"] == "mine")
+    assert set(row["vram_gib"]) == {"bf16", "int8", "int4"} and row["vram_gib"]["bf16"] >= row["vram_gib"]["int4"]
 
 
 def test_add_pair_different_tokenizers(env, fake, capsys):

@@ -6,7 +6,7 @@ import pytest
 import models.draft_format as fmt
 from core.engine import GenConfig
 from core.sampling import PositionRng, SamplingConfig
-from core.vocab import IdentityVocab
+from core.align import IdentityVocab
 from models.catalog import draft_path, get_pair
 from scripts.benchmark import run_one
 
@@ -29,7 +29,7 @@ def greedy_next(path, tokens: list[int], start: int) -> list[int]:
     d = LlamaDrafter(path, n_ctx=len(tokens) + 8)
     d.vocab = IdentityVocab(d.n_vocab, d.n_vocab)
     try:
-        return [d.propose(tokens[:i], 1, SamplingConfig(), PositionRng(0, 1)).tokens[0]
+        return [d.propose(tokens[:i], 1, SamplingConfig(), PositionRng(0, 1)).main.tokens[0]
                 for i in range(start, len(tokens))]
     finally:
         d.close()

@@ -138,22 +138,25 @@ def test_sampled_duo_is_reproducible_with_a_seed():
 def test_branched_chunks_do_not_look_like_a_slow_draft():
     """A k-sequence chunk of n tokens costs n batched steps: the budget must read it as
     n x step_ratio(k) single tokens, not as a draft that got k times slower."""
-    from core.backends import Draft
-    from core.engine import Run, _observe
+    from core.backends import Draft, Proposal
+    from core.engine import Run
     from core.metrics import RoundRecord
+    from core.scheduler import Drafted, DraftTiming
 
     prof = fake_profile(draft_s=0.005)
     prof.draft_step_s = {1: 0.005, 2: 0.012}
     budget = DraftBudget(prof, overlap=True, alpha=0.9)
     run_ = Run(FakeTarget(chain()), PROMPT, GenConfig(method="duo"), decode)
-    chunk = Draft(tokens=[1, 2, 3, 4], busy_s=4 * 0.012, alternatives=[Draft(tokens=[5, 6])])
+    chunk = Drafted(Proposal(Draft(tokens=[1, 2, 3, 4]), alternatives=[Draft(tokens=[5, 6])]),
+                    DraftTiming(busy_s=4 * 0.012))
     rec = RoundRecord(0, 0.05, (0, 0.048), (0, 0.05), 4, 4)
     for _ in range(10):
-        _observe(run_, budget, rec, 5, 5, chunk)
+        run_.telemetry.observe(budget, rec, 5, 5, chunk)
     assert abs(budget.draft_scale - 1.0) < 0.01
     single = DraftBudget(prof, overlap=True, alpha=0.9)
     for _ in range(10):
-        _observe(run_, single, rec, 5, 5, Draft(tokens=[1, 2, 3, 4], busy_s=4 * 0.012))
+        one = Drafted(Proposal(Draft(tokens=[1, 2, 3, 4])), DraftTiming(busy_s=4 * 0.012))
+        run_.telemetry.observe(single, rec, 5, 5, one)
     assert single.draft_scale > 2.0  # the same time for one sequence: a slower draft
 
 

@@ -27,12 +27,12 @@ def test_drafter_rollback_matches_fresh(smol_pair):
     d = smol_pair.drafter
     rng = PositionRng(0, 1)
     ids = smol_pair.prompt_ids("Write a sentence about rivers.")
-    first = d.propose(ids, 12, GREEDY, rng)
+    first = d.propose(ids, 12, GREEDY, rng).main
     d.propose(ids + [500, 600, 700], 5, GREEDY, rng)  # a wrong branch, then back
-    again = d.propose(ids, 12, GREEDY, rng)
+    again = d.propose(ids, 12, GREEDY, rng).main
     assert again.tokens == first.tokens
     d.rollback(0)
-    fresh = d.propose(ids, 12, GREEDY, rng)
+    fresh = d.propose(ids, 12, GREEDY, rng).main
     assert fresh.tokens == first.tokens
 
 
@@ -40,7 +40,7 @@ def test_drafter_returns_draft_probabilities(smol_pair):
     d = smol_pair.drafter
     rng = PositionRng(0, 1)
     ids = smol_pair.prompt_ids("Hello")
-    dr = d.propose(ids, 4, SamplingConfig(0.8, top_k=20), rng)
+    dr = d.propose(ids, 4, SamplingConfig(0.8, top_k=20), rng).main
     assert dr.q_draft.shape == (4, smol_pair.target.vocab_size)
     np.testing.assert_allclose(dr.q_draft.sum(axis=1), 1.0, atol=1e-4)
     assert all(dr.q_draft[i, t] > 0 for i, t in enumerate(dr.tokens))

@@ -51,20 +51,22 @@ def test_branches_are_drafted_together_and_kept_right(smol_pair):
     ids = smol_pair.prompt_ids("Pick a colour at random and describe it.")
     chunk = d.propose(ids, 6, GREEDY, RNG, branching=BranchPolicy(max_seqs=3, static_k=3))
     assert chunk.n_seqs == 3
-    firsts = [b.tokens[0] for b in [chunk] + chunk.alternatives]
+    firsts = [b.tokens[0] for b in [chunk.main] + chunk.alternatives]
     assert len(set(firsts)) == 3 and chunk.first_ranking[:3] == firsts
     assert all(seq_pos_max(d, j) >= len(ids) for j in (1, 2))  # branch KV lives in seq 1, 2
     winner = chunk.alternatives[1]  # the target "chose" the third candidate
-    nxt = d.propose(ids + winner.tokens, 5, GREEDY, RNG)
+    nxt = d.propose(ids + winner.tokens, 5, GREEDY, RNG).main
     assert seq_pos_max(d, 1) == -1 and seq_pos_max(d, 2) == -1  # losers removed
     d.rollback(0)
-    fresh = d.propose(ids + winner.tokens, 5, GREEDY, RNG)
+    fresh = d.propose(ids + winner.tokens, 5, GREEDY, RNG).main
     assert nxt.tokens == fresh.tokens  # the kept branch's cache is right
 
 
 def test_stats_report_sequences_per_round(smol_pair, oracle):
     ids, _ = oracle[PROMPTS[1]]
     _, stats = run(smol_pair, ids, method="duo", static_k=2)
-    assert set(stats["seq_hist"]) == {"2"}
+    # every chunk has 2 sequences, but the last one when the output's end cuts it to 1 token
+    # (a chunk is sized so no round drafts past max_new_tokens)
+    assert set(stats["seq_hist"]) <= {"1", "2"} and stats["seq_hist"].get("1", 0) <= 1
     assert sum(sum(r.values()) for r in stats["seq_confusion"].values()) == stats["seq_hist"]["2"]
     assert stats["gamma_profile"]["profile"]["draft_step_s"]

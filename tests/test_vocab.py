@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.vocab import IdentityVocab, LongestMatch, MappedVocab, VocabMap, VocabSide
+from core.align import IdentityVocab, MappedVocab, VocabSide
 from models.catalog import PairError
+from models.vocab_build import VocabMap
+from tests.fakes import LongestMatch
 
 TEXTS = {
     "english": "The quick brown fox jumps over the lazy dog.",
@@ -159,8 +161,8 @@ def test_greedy_round_trip(real, name):
     tok, drafter, vocab, _ = real
     ids = t_ids(tok, TEXTS[name])
     v = fresh(vocab)
-    d = v.to_draft(ids, greedy=True)
-    back = v.to_target(d)
+    d = v.to_draft(ids)
+    back = v.to_target(d, greedy=True)
     assert back == ids[:len(d)]
     if name in ("chinese", "emoji"):
         assert len(d) > len(ids)  # byte-level pieces: more draft tokens than target tokens
@@ -176,8 +178,8 @@ def test_context_translation_is_incremental(real):
     v = fresh(vocab)
     prev = []
     for n in range(1, len(ids) + 1):
-        d = v.to_draft(ids[:n], greedy=True)
-        assert d == fresh(vocab).to_draft(ids[:n], greedy=True)
+        d = v.to_draft(ids[:n])
+        assert d == fresh(vocab).to_draft(ids[:n])
         common = next((i for i, (a, b) in enumerate(zip(prev, d)) if a != b), len(prev))
         assert len(prev) - common <= 12, f"draft prefix changed far back at {n}"
         prev = d
@@ -191,9 +193,9 @@ def test_context_rollback_to_an_earlier_point(real):
     a = t_ids(tok, "The cat sat on the mat and looked at the bird outside.")
     b = t_ids(tok, "The cat sat on the mat and then slept all afternoon long.")
     v = fresh(vocab)
-    v.to_draft(a, greedy=True)
-    assert v.to_draft(b, greedy=True) == fresh(vocab).to_draft(b, greedy=True)
-    assert v.to_draft(b[:3], greedy=True) == fresh(vocab).to_draft(b[:3], greedy=True)
+    v.to_draft(a)
+    assert v.to_draft(b) == fresh(vocab).to_draft(b)
+    assert v.to_draft(b[:3]) == fresh(vocab).to_draft(b[:3])
 
 
 def test_context_ending_inside_a_character(real):
@@ -202,15 +204,15 @@ def test_context_ending_inside_a_character(real):
     tok, drafter, vocab, _ = real
     fb = [tok.convert_tokens_to_ids(f"<0x{b:02X}>") for b in "𝔘".encode()]
     ctx = t_ids(tok, "Letter") + fb[:1]
-    d = fresh(vocab).to_draft(ctx, greedy=True)
+    d = fresh(vocab).to_draft(ctx)
     assert d_bytes(drafter, d) == b"Letter" + "𝔘".encode()[:1]
     rest = [i for i, p in enumerate(vocab.map.draft.pieces) if p in (b"\x9d", b"\x94", b"\x98")]
     assert len(rest) == 3
     v = fresh(vocab)
-    v.to_draft(ctx, greedy=True)
+    v.to_draft(ctx)
     by_piece = {vocab.map.draft.pieces[i]: i for i in rest}
     proposal = [by_piece[b"\x9d"], by_piece[b"\x94"], by_piece[b"\x98"]]
-    assert v.to_target(proposal) == fb[1:]  # the continuation bytes, as Gemma's fallbacks
+    assert v.to_target(proposal, greedy=True) == fb[1:]  # the continuation bytes, as Gemma's fallbacks
 
 
 # -- translation: the proposal -----------------------------------------------------------------
@@ -219,51 +221,52 @@ def test_proposal_stops_before_an_unfinished_character(real):
     d = drafter.tokenize(" 你好")
     assert len(d) > 2 and d_bytes(drafter, d) == " 你好".encode()
     v = fresh(vocab)
-    v.to_draft(t_ids(tok, "Say"), greedy=True)
-    whole = v.to_target(d)
+    v.to_draft(t_ids(tok, "Say"))
+    whole = v.to_target(d, greedy=True)
     assert whole == t_ids(tok, " 你好")[:len(d)]
     for cut in range(1, len(d)):
-        part = v.to_target(d[:cut])
+        part = v.to_target(d[:cut], greedy=True)
         text = d_bytes(drafter, d[:cut])
         got = b"".join(vocab.map.target.pieces[t] for t in part)
         assert text.startswith(got) and got.decode("utf-8")  # never half a character
-    assert v.to_target(d[:1]) != []  # a lone piece still gives the target something to check
+    assert v.to_target(d[:1], greedy=True) != []  # a lone piece still gives the target something to check
 
 
 def test_proposal_with_draft_control_tokens(real):
     tok, drafter, vocab, _ = real
     v = fresh(vocab)
-    v.to_draft(t_ids(tok, "Hi"), greedy=True)
+    v.to_draft(t_ids(tok, "Hi"))
     end = drafter.tokenize("<|im_end|>", special=True)
     repo = drafter.tokenize("<repo_name>", special=True)
     words = drafter.tokenize(" there")
-    assert v.to_target(words + end + words) == t_ids(tok, " there") + [106] + t_ids(tok, " there")
-    assert v.to_target(words + repo + words) == t_ids(tok, " there")  # stops at the unknown
+    assert v.to_target(words + end + words, greedy=True) == \
+        t_ids(tok, " there") + [106] + t_ids(tok, " there")
+    assert v.to_target(words + repo + words, greedy=True) == t_ids(tok, " there")  # stops at the unknown
 
 
 def test_proposal_never_has_more_target_than_draft_tokens(real):
     tok, drafter, vocab, _ = real
     v = fresh(vocab)
-    v.to_draft(t_ids(tok, "x"), greedy=True)
+    v.to_draft(t_ids(tok, "x"))
     d = drafter.tokenize("\n    return")  # Gemma: '\n', '▁▁▁▁', 'return'
     assert len(t_ids(tok, "\n    return")) > len(d)
-    assert len(v.to_target(d)) == len(d)
+    assert len(v.to_target(d, greedy=True)) == len(d)
 
 
 def test_sampling_mode_is_one_to_one(real):
     tok, drafter, vocab, _ = real
     v = fresh(vocab)
-    v.to_draft(t_ids(tok, "Hello"))  # sampling is the default
-    assert v.draft_mask is v.sample_mask
+    v.to_draft(t_ids(tok, "Hello"))
+    assert v.draft_mask(greedy=False) is v.sample_mask
     d = drafter.tokenize(" world, photos")
     assert all(v.sample_mask[i] for i in d)
-    t = v.to_target(d)
+    t = v.to_target(d, greedy=False)
     assert len(t) == len(d) and all(vocab.map.target.pieces[a] == vocab.map.draft.pieces[b]
                                     for a, b in zip(t, d))
     split = drafter.tokenize(" ça")[0]  # b' \xc3': half a character, no twin
     assert not v.sample_mask[split]
     with pytest.raises(ValueError, match="draft_mask"):
-        v.to_target([split])
+        v.to_target([split], greedy=False)
     q = np.random.default_rng(0).dirichlet(np.ones(v.draft_size), size=2).astype(np.float32)
     q[:, ~v.sample_mask] = 0
     q /= q.sum(axis=1, keepdims=True)
@@ -271,19 +274,19 @@ def test_sampling_mode_is_one_to_one(real):
     assert qt.shape == (2, 262144)
     assert np.allclose(qt.sum(axis=1, dtype=np.float64), 1.0, atol=1e-4)
     assert np.allclose(qt[:, t], q[:, d])
-    v.to_draft(t_ids(tok, "Hello"), greedy=True)
-    assert v.draft_mask is v.greedy_mask and v.greedy_mask[split]
+    assert v.draft_mask(greedy=True) is v.greedy_mask and v.greedy_mask[split]
 
 
 def test_stats_follow_translated_and_kept_tokens(real):
     tok, drafter, vocab, _ = real
     v = fresh(vocab)
     ctx = t_ids(tok, "The weather")
-    v.to_draft(ctx, greedy=True)
+    v.to_draft(ctx)
     d = drafter.tokenize(" is photosynthesis today")
-    t = v.to_target(d)
-    v.to_target(d[:1])  # a second translation (a rank or a branch) is not the proposal
-    v.to_draft(ctx + t[:2], greedy=True)  # the next context kept two target tokens
+    t = v.to_target(d, greedy=True, after=ctx)  # the proposal after ctx
+    v.to_target(d[:1], greedy=True)  # a second translation (a rank or a branch) is not the proposal
+    v.settle(ctx + t[:2])  # the next context kept two target tokens
+    v.to_draft(ctx + t[:2])
     s = v.stats()
     assert s["proposals"] == 1 and s["draft_in"] == len(d) and s["target_out"] == len(t)
     assert s["extra_translations"] == 1

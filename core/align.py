@@ -1,5 +1,10 @@
-"""Vocabulary translation between draft and target token ids: `IdentityVocab` when they share a
-tokenizer, `MappedVocab` (through the text, as bytes) when they do not."""
+"""Runtime vocabulary translation between draft and target token ids: `IdentityVocab` when they
+share a tokenizer, `MappedVocab` (through the text, as bytes) when they do not. The mode
+(greedy or sampling) is an argument of each call; models/vocab_build.py does the analysis.
+
+long: one translator whose two directions share the chunk cache and the counters, with the
+byte/Unicode rules only it uses; split, the exactness argument would no longer read in one place.
+"""
 from __future__ import annotations
 
 import re
@@ -8,19 +13,11 @@ from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
 Tokenize = Callable[[str], list[int]]  # text -> ids, no special-token parsing, no prefix
-
-# Control tokens with the same job in different families (chat-template turn markers).
-ROLES = {
-    "turn_start": ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>", "<|user|>"),
-    "turn_end": ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"),
-}
-MIN_SHARED = 256  # fewer tokens spelled alike and a draft cannot say anything useful
-PROBE = "Hello, world! The year 2024: naïve café, 你好, emoji 😀.\n    return x**2"
 
 
 class IdentityVocab:
@@ -30,12 +27,19 @@ class IdentityVocab:
 
     def __init__(self, draft_size: int, target_size: int):
         self.draft_size, self.target_size = draft_size, target_size
-        self.draft_mask = None if draft_size <= target_size else _first(draft_size, target_size)
+        self._mask = None if draft_size <= target_size else _first(draft_size, target_size)
 
-    def to_draft(self, target_ids: list[int], greedy: bool = False) -> list[int]:
+    def draft_mask(self, greedy: bool) -> np.ndarray | None:
+        return self._mask
+
+    def settle(self, context: list[int]) -> None:
+        pass
+
+    def to_draft(self, target_ids: list[int]) -> list[int]:
         return target_ids
 
-    def to_target(self, draft_ids: list[int]) -> list[int]:
+    def to_target(self, draft_ids: list[int], greedy: bool = False,
+                  after: list[int] | None = None) -> list[int]:
         return draft_ids
 
     def q_to_target(self, q: np.ndarray) -> np.ndarray:
@@ -57,7 +61,6 @@ def _first(size: int, n: int) -> np.ndarray:
     return mask
 
 
-# -- the two vocabularies as byte strings -------------------------------------------------------
 @dataclass
 class VocabSide:
     """One tokenizer as the aligner sees it: the bytes each id stands for (b"" for control
@@ -87,118 +90,17 @@ class VocabSide:
         return out
 
 
-class VocabMap:
-    """Load-time analysis: which draft ids have a target twin spelled with the same bytes
-    (1:1), how control tokens correspond, and whether the pair can work at all."""
+class Alignment(Protocol):
+    """What the translator reads from the load-time analysis (models/vocab_build.VocabMap)."""
+    draft: VocabSide
+    target: VocabSide
+    d2t: np.ndarray  # draft id -> its twin (same bytes) in the target, or -1
+    control_t2d: dict[int, int]
+    control_d2t: dict[int, int]
 
-    def __init__(self, draft: VocabSide, target: VocabSide, d2t: np.ndarray | None = None):
-        self.draft, self.target = draft, target
-        self.d2t = self._twins() if d2t is None else np.array(d2t, dtype=np.int32)
-        self.control_t2d, self.control_d2t = self._controls()
-        for d, t in self.control_d2t.items():
-            self.d2t[d] = t
-        self.one_to_one = self.d2t >= 0
-
-    def _twins(self) -> np.ndarray:
-        by_bytes: dict[bytes, int] = {}
-        for t, p in enumerate(self.target.pieces):
-            if self.target.text_id(t) and (p not in by_bytes or by_bytes[p] in
-                                           self.target.fallback):
-                by_bytes[p] = t
-        d2t = np.full(len(self.draft), -1, dtype=np.int32)
-        for d, p in enumerate(self.draft.pieces):
-            if self.draft.text_id(d):
-                d2t[d] = by_bytes.get(p, -1)
-        return d2t
-
-    def _controls(self) -> tuple[dict[int, int], dict[int, int]]:
-        """Control tokens: same name, same role (turn markers), end-of-text to end-of-text.
-        Target controls with no counterpart vanish from the draft's context; draft controls
-        with no counterpart are never proposed."""
-        t2d, d2t = {}, {}
-        d_by_name = {n: i for i, n in self.draft.control.items()}
-        d_by_role = {r: i for i, n in self.draft.control.items() for r, ns in ROLES.items()
-                     if n in ns}
-        for t, name in self.target.control.items():
-            role = next((r for r, ns in ROLES.items() if name in ns), None)
-            d = d_by_name.get(name, d_by_role.get(role))
-            if d is None and t in self.target.eos and self.draft.eos:
-                d = min(self.draft.eos)
-            if d is not None:
-                t2d[t] = d
-                d2t.setdefault(d, t)
-        if self.target.eos:
-            for d in self.draft.eos:
-                d2t.setdefault(d, min(self.target.eos))
-        return t2d, d2t
-
-    def report(self) -> dict:
-        text_d = [i for i in range(len(self.draft)) if self.draft.text_id(i)]
-        text_t = sum(self.target.text_id(i) for i in range(len(self.target)))
-        shared = int((self.d2t[text_d] >= 0).sum()) if text_d else 0
-        return {
-            "draft_size": len(self.draft), "target_size": len(self.target),
-            "draft_text_tokens": len(text_d), "target_text_tokens": text_t,
-            "shared_tokens": shared,
-            "draft_share": round(shared / len(text_d), 4) if text_d else 0.0,
-            "target_share": round(shared / text_t, 4) if text_t else 0.0,
-            "draft_controls": len(self.draft.control),
-            "target_controls": len(self.target.control),
-            "controls_mapped": {self.target.control[t]: self.draft.control[d]
-                                for t, d in sorted(self.control_t2d.items())},
-            "target_byte_fallback": len(self.target.fallback),
-            "draft_bytes_covered": len(self.draft.byte_id),
-            "target_bytes_covered": len(self.target.byte_id),
-        }
-
-    def problems(self, draft_tok: Tokenize | None = None,
-                 target_tok: Tokenize | None = None) -> list[str]:
-        """Why this pair cannot work (empty when it can)."""
-        rep, out = self.report(), []
-        if rep["shared_tokens"] < MIN_SHARED:
-            out.append(f"the vocabularies share only {rep['shared_tokens']} tokens with "
-                       f"identical bytes (need {MIN_SHARED}): they do not spell text alike")
-        for side, tok, pieces in (("draft", draft_tok, self.draft.pieces),
-                                  ("target", target_tok, self.target.pieces)):
-            if tok is None:
-                continue
-            back = b"".join(pieces[i] for i in tok(PROBE))
-            if back != PROBE.encode():
-                out.append(f"the {side} tokenizer does not give its text back byte for byte "
-                           f"(a normalizer changes it: {PROBE!r} -> "
-                           f"{back.decode('utf-8', 'replace')!r})")
-        if not self.draft.eos:
-            out.append("the draft has no end-of-text token")
-        return out
+    def report(self) -> dict: ...
 
 
-# -- a tokenizer over byte strings (fakes and tests; real pairs pass their own) ---------------
-class LongestMatch:
-    """Greedy longest-match tokenizer over a vocabulary's pieces (text ids only)."""
-
-    def __init__(self, side: VocabSide):
-        self.ids = {p: i for i, p in enumerate(side.pieces)
-                    if side.text_id(i) and i not in side.fallback}
-        self.byte_id = side.byte_id
-        self.longest = max((len(p) for p in self.ids), default=1)
-
-    def __call__(self, text: str) -> list[int]:
-        data, out, i = text.encode("utf-8"), [], 0
-        while i < len(data):
-            for n in range(min(self.longest, len(data) - i), 0, -1):
-                tok = self.ids.get(data[i:i + n])
-                if tok is not None:
-                    out.append(tok)
-                    i += n
-                    break
-            else:
-                if data[i] in self.byte_id:
-                    out.append(self.byte_id[data[i]])
-                i += 1
-        return out
-
-
-# -- the translator used inside the rounds ------------------------------------------------------
 _ESCAPED = re.compile("([\udc80-\udcff]+)")  # bytes that are not UTF-8, after surrogateescape
 WS = b" \t\n\r"
 MAX_CHUNK = 48  # target tokens: a longer run with no word start is cut anyway
@@ -207,33 +109,32 @@ MAX_CHUNK = 48  # target tokens: a longer run with no word start is cut anyway
 class MappedVocab:
     """Draft and target tokenizers differ: translate through the bytes.
 
-    * Context (to_draft): the target context is cut into chunks where the draft's
+    * Context (`to_draft`): the target context is cut into chunks where the draft's
       pre-tokenizer splits too (word starts, letter/digit/punctuation changes, CJK
       characters) and each chunk is tokenized by the draft's tokenizer (cached); all but the
       last chunk are reused, so consecutive contexts give the same draft prefix and the
       drafter's KV cache is only rolled back to where the text changed.
-    * Sampling (the default mode): the draft may only propose tokens that have a target twin
-      with the same bytes (`draft_mask`); each draft token is one target token and each q
-      row moves to the twins' columns, so p/q is defined on target tokens and the verifier
-      stays exact.
-    * Greedy (`to_draft(ctx, greedy=True)`): any text token may be proposed and the
-      proposal's text is re-tokenized by the target's tokenizer, so a draft token may become
-      several target tokens or part of one; the verifier needs no q.
+    * Sampling (`greedy=False`): the draft may only propose tokens that have a target twin
+      with the same bytes (`draft_mask(False)`); each draft token is one target token and
+      each q row moves to the twins' columns, so p/q is defined on target tokens and the
+      verifier stays exact.
+    * Greedy (`greedy=True`): any text token may be proposed and the proposal's text is
+      re-tokenized by the target's tokenizer, so a draft token may become several target
+      tokens or part of one; the verifier needs no q.
+    * Stats: `to_target(..., after=context)` names the proposal; `settle(next_context)`
+      counts how much of it the next context kept.
     """
     same = False
 
-    def __init__(self, vmap: VocabMap, draft_tokenize: Tokenize | None = None,
-                 target_tokenize: Tokenize | None = None, target_size: int | None = None,
-                 cache_size: int = 4096):
+    def __init__(self, vmap: Alignment, draft_tokenize: Tokenize, target_tokenize: Tokenize,
+                 target_size: int | None = None, cache_size: int = 4096):
         self.map = vmap
         self.draft_size = len(vmap.draft)
         self.target_size = max(target_size or 0, len(vmap.target))
-        self.draft_tok = draft_tokenize or LongestMatch(vmap.draft)
-        self.target_tok = target_tokenize or LongestMatch(vmap.target)
+        self.draft_tok, self.target_tok = draft_tokenize, target_tokenize
         self.sample_mask = _injective(vmap.d2t)
         self.greedy_mask = np.array([vmap.draft.text_id(i) or i in vmap.control_d2t
                                      for i in range(self.draft_size)], dtype=bool)
-        self.greedy = False
         rep = vmap.report()
         self.coverage = {k: rep[k] for k in ("shared_tokens", "draft_share", "target_share")}
         self._src = np.nonzero(self.sample_mask)[0]
@@ -244,49 +145,58 @@ class MappedVocab:
         self._cuts: list[int] = [0]  # where its chunks start (target index)
         self._dpos: list[int] = [0]  # where each chunk's translation starts (draft index)
         self._draft: list[int] = []  # its draft translation
-        self._pending: tuple | None = None  # the last proposal, settled by the next context
-        self._main_next = False  # the next to_target is the proposal (not a branch or rank)
+        self._pending: tuple | None = None  # the last proposal, until settle() sees its fate
         self.counts = _Counts()
 
     # -- the interface the drafter uses ----------------------------------------------------
-    @property
-    def draft_mask(self) -> np.ndarray:
-        return self.greedy_mask if self.greedy else self.sample_mask
+    def draft_mask(self, greedy: bool) -> np.ndarray:
+        """The draft ids that may be proposed in this mode."""
+        return self.greedy_mask if greedy else self.sample_mask
 
-    def to_draft(self, target_ids: list[int], greedy: bool = False) -> list[int]:
-        """The draft's context for a target context; `greedy` sets the mode of the proposal
-        that follows (sampling, the exact one, is the default)."""
-        self.greedy = greedy
+    def to_draft(self, target_ids: list[int]) -> list[int]:
+        """The draft's context for a target context (the same in both modes)."""
         lcp = _common_prefix(self._ctx, target_ids)
-        self._settle(target_ids, lcp)
         k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks before k are kept
         start = self._dpos[k]
         old_tail = self._draft[start:]
         del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[start:]
         self._ctx = list(target_ids)
         self._extend(self._cuts[k])
-        self._main_next = True
         self._count_context(start, old_tail)
         return list(self._draft)
 
-    def to_target(self, draft_ids: list[int]) -> list[int]:
+    def to_target(self, draft_ids: list[int], greedy: bool = False,
+                  after: list[int] | None = None) -> list[int]:
         """Target ids for draft ids. Sampling: one per draft id. Greedy: the text
         re-tokenized, never more target ids than draft ids, at least one when given any.
-        The first call after to_draft is the proposal the stats follow."""
-        out, used = self._retokenize(draft_ids) if self.greedy else self._twins(draft_ids)
+        `after`: the target context the draft follows, given for the proposal (the one the
+        stats follow); branches and first-token ranks leave it out."""
+        out, used = self._retokenize(draft_ids) if greedy else self._twins(draft_ids)
         if not out and draft_ids:  # e.g. half a character: how the target would start it
             out, used = self._first_guess(draft_ids[0]), [0, 1]
         c = self.counts
-        if self._main_next:
-            self._main_next = False
-            c.proposals += 1
-            c.draft_in += len(draft_ids)
-            c.draft_used += used[len(out)]
-            c.target_out += len(out)
-            self._pending = (len(self._ctx), out, used)
-        else:
+        if after is None:
             c.extra_translations += 1
+            return out
+        c.proposals += 1
+        c.draft_in += len(draft_ids)
+        c.draft_used += used[len(out)]
+        c.target_out += len(out)
+        self._pending = (list(after), out, used)
         return out
+
+    def settle(self, context: list[int]) -> None:
+        """How much of the last proposal `context` (the next one) kept: exact for sps; for
+        duo the next context may still hold draft tokens that are not verified yet."""
+        if self._pending is None:
+            return
+        after, out, used = self._pending
+        self._pending = None
+        if list(context[:len(after)]) != after:
+            return
+        a = _common_prefix(out, context[len(after):])
+        self.counts.settled_target += a
+        self.counts.settled_draft += used[a]
 
     def q_to_target(self, q: np.ndarray) -> np.ndarray:
         """Rows over the draft vocabulary -> rows over the target's: each twin's column."""
@@ -362,7 +272,7 @@ class MappedVocab:
             t = int(self.map.d2t[d])
             if t < 0:
                 raise ValueError(f"draft token {d} has no target twin: a sampled draft must "
-                                 "apply vocab.draft_mask")
+                                 "apply vocab.draft_mask(greedy=False)")
             out.append(t)
         return out, list(range(len(out) + 1))
 
@@ -427,20 +337,6 @@ class MappedVocab:
                 out.append((target.byte_id[b], 1))
         return out
 
-    # -- stats ----------------------------------------------------------------------------
-    def _settle(self, ctx: list[int], lcp: int) -> None:
-        """How much of the last proposal the next context kept: exact for sps; for duo the
-        next context may still hold draft tokens that are not verified yet."""
-        if self._pending is None:
-            return
-        n_ctx, out, used = self._pending
-        self._pending = None
-        if lcp < n_ctx:
-            return
-        a = _common_prefix(out, ctx[n_ctx:])
-        self.counts.settled_target += a
-        self.counts.settled_draft += used[a]
-
 
 @dataclass
 class _Counts:
@@ -479,6 +375,7 @@ def _ratio(a: int, b: int) -> float:
     return round(a / b, 3) if b else 0.0
 
 
+# -- bytes and characters: where the draft's pre-tokenizer cuts, unfinished UTF-8 ------------
 def _cut_before(prev: bytes, cur: bytes) -> bool:
     """A chunk may start at `cur` where byte-level BPE pre-tokenizers split too: a word
     (' x' after a non-space), a change between letters, digits and punctuation (not after

@@ -1,0 +1,120 @@
+"""Statistics gathered beside the decoding loop: one call per round outcome records the round
+into GenerationStats, counts sequences and ranks, and teaches the draft budget what it measured."""
+from __future__ import annotations
+
+import time
+
+from core.backends import Proposal
+from core.branching import FirstTokenOdds, step_ratio
+from core.budget import DraftBudget
+from core.metrics import GenerationStats, RoundRecord
+from core.scheduler import DraftJob, Drafted, DraftTiming
+from core.verify import Verdict
+
+
+class Telemetry:
+    """The engine's stats for one generation; times are perf_counter values, stored relative to
+    the generation's start `t0`."""
+
+    def __init__(self, stats: GenerationStats, t0: float, odds: FirstTokenOdds):
+        self.stats, self.t0, self.odds = stats, t0, odds
+        self.last_scored = 0  # tokens in the last target forward
+        self._dropped: list[tuple[RoundRecord, DraftJob]] = []
+
+    # -- every method ----------------------------------------------------------------------
+    def verified(self, n_scored: int, busy_s: float) -> None:
+        self.last_scored = n_scored
+        self.stats.target_busy_s += busy_s
+
+    def emitted(self, tokens: list[int]) -> None:
+        if not self.stats.ttft_s and tokens:
+            self.stats.ttft_s = time.perf_counter() - self.t0
+
+    def vanilla_round(self) -> None:
+        self.stats.rounds += 1
+
+    # -- sps and duo -------------------------------------------------------------------------
+    def sps_round(self, budget: DraftBudget, start: float, chunk: Drafted, vspan,
+                  verdict: Verdict) -> None:
+        """Draft, then verify: the draft's span (none when it drafted nothing) and the verdict."""
+        proposal, timing = chunk
+        drafted = len(proposal.main)
+        self.stats.plain_rounds += budget.gamma == 0
+        self.stats.draft_busy_s += timing.busy_s
+        rec = self.round(start, timing.span if drafted else (start, start), vspan, drafted,
+                         verdict.accepted)
+        self.observe(budget, rec, drafted, verdict.accepted, chunk)
+
+    def chunk_used(self, budget: DraftBudget, start: float, vspan, drafted: int,
+                   verdict: Verdict, chunk: Drafted, hit: bool) -> None:
+        """duo: the chunk drafted during the verify is kept; `hit`: one of its sequences starts
+        with the target's own token (the guess counts as one more draft token tried)."""
+        proposal, timing = chunk
+        self.stats.draft_busy_s += timing.busy_s
+        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
+        rec.seqs = proposal.n_seqs
+        self._count_seqs(proposal, verdict.token)
+        self.observe(budget, rec, drafted + 1, verdict.accepted + hit, chunk)
+
+    def chunk_dropped(self, budget: DraftBudget, start: float, vspan, drafted: int,
+                      verdict: Verdict, job: DraftJob) -> None:
+        """duo: the chunk is not wanted; its draft time is settled when the job ends."""
+        rec = self.round(start, (start, start), vspan, drafted, verdict.accepted)
+        self._dropped.append((rec, job))
+        self.observe(budget, rec, drafted, verdict.accepted, None)
+
+    def plain_round(self, budget: DraftBudget, start: float, vspan) -> None:
+        """One target token, no draft (the budget fell back to plain decoding)."""
+        self.stats.plain_rounds += 1
+        self.observe(budget, self.round(start, (start, start), vspan, 0, 0), 0, 0, None)
+
+    def target_prefill(self, budget: DraftBudget, vspan) -> None:
+        self.round(vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
+        self.stats.gammas_used[budget.gamma] += 1
+
+    def draft_prefill(self, timing: DraftTiming) -> None:
+        self.stats.draft_busy_s += timing.busy_s
+        span = timing.span
+        self.round(span[0], span, (span[0], span[0]), 0, 0)
+
+    def settle_dropped(self) -> None:
+        """Dropped chunks still took draft time: put their real spans in the timeline."""
+        for rec, job in self._dropped:
+            _, timing = job.result()
+            self.stats.draft_busy_s += timing.busy_s
+            rec.draft_span = (timing.span[0] - self.t0, timing.span[1] - self.t0)
+
+    # -- the parts -------------------------------------------------------------------------
+    def round(self, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:
+        t0 = self.t0
+        rec = RoundRecord(start - t0, time.perf_counter() - t0, (dspan[0] - t0, dspan[1] - t0),
+                          (vspan[0] - t0, vspan[1] - t0), drafted, accepted)
+        self.stats.record_round(rec)
+        return rec
+
+    def observe(self, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
+                chunk: Drafted | None) -> None:
+        """Feed the budget one round: pass rate, draft time per token (without catching up
+        with the context, a k-sequence step counted as its cost in single steps), verify time
+        per length (a prefill round is no sample of verify time)."""
+        self.stats.gammas_used[budget.gamma] += 1
+        scored = self.last_scored if self.last_scored == rec.drafted + 1 else 0
+        proposal, timing = chunk if chunk else (None, None)
+        n = 0
+        if proposal is not None and len(proposal.main):
+            n = len(proposal.main) * step_ratio(budget.profile.draft_step_s, proposal.n_seqs)
+        budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
+                       draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
+                       verify_n=scored)
+
+    def _count_seqs(self, proposal: Proposal, target_token: int) -> None:
+        """Sequences per round (Figure 5) and sequences vs the target token's draft rank
+        (Table 4); the rank also teaches the first-token odds."""
+        self.stats.seq_hist[proposal.n_seqs] += 1
+        if not proposal.first_ranking:
+            return
+        rank = proposal.rank_of(target_token)
+        row = self.stats.seq_confusion.setdefault(str(proposal.n_seqs), {})
+        key = str(rank or "other")
+        row[key] = row.get(key, 0) + 1
+        self.odds.observe(proposal.first_top_p, rank)

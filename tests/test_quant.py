@@ -1,0 +1,236 @@
+"""Target precision (issue 13): the memory picker for faked free memory on the catalog's 7-8B
+pairs, its refusal, and int8/int4 weight-only quantization of the real SmolLM2 target on the CPU
+(forward, top-1 agreement with float32, safetensors cache)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models import catalog, memory  # noqa: E402
+from models.memory import GIB, DoesNotFit, model_dims, pick_quant  # noqa: E402
+
+LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000,
+             "intermediate_size": 11008, "num_attention_heads": 32}
+GEMMA3 = {"model_type": "gemma3", "tie_word_embeddings": True, "text_config": {
+    "model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 18, "num_attention_heads": 4,
+    "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144,
+    "sliding_window": 512, "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3}}
+
+
+def pair_dims(name: str) -> memory.ModelDims:
+    return model_dims(catalog.get_pair(name).extra["target_config"])
+
+
+# ---- sizes -----------------------------------------------------------------------------------
+
+def test_weights_and_kv_cache_bytes():
+    n = 1_000_000_000
+    assert memory.weights_bytes(n, "none") == 2 * n and memory.weights_bytes(n, "none", 4) == 4 * n
+    assert n < memory.weights_bytes(n, "int8") < 1.01 * n
+    assert memory.weights_bytes(n, "int4") == n // 2 + n // 32  # bf16 scale + zero per group of 128
+    with pytest.raises(ValueError, match="unknown precision 'int3'"):
+        memory.weights_bytes(n, "int3")
+    assert memory.kv_cache_bytes(32, 8, 128, 4096, 2) == 512 * 2 ** 20  # Llama-3.1-8B: 0.5 GiB
+
+
+def test_model_dims_from_configs():
+    llama = model_dims(LLAMA2_7B)  # no num_key_value_heads / head_dim: MHA, hidden / heads
+    assert (llama.layers, llama.kv_heads, llama.head_dim) == (32, 32, 128)
+    assert llama.params == memory.Shape.from_config(LLAMA2_7B).parameters()
+    assert llama.params - llama.linear_params == 2 * 32000 * 4096 + 65 * 4096  # embeddings, lm_head, norms
+    assert llama.kv_bytes(4096) == 2 * GIB
+    gemma = model_dims(GEMMA3)  # nested text_config; 15 sliding layers keep 512 tokens
+    assert (gemma.layers, gemma.kv_heads, gemma.head_dim, gemma.sliding_layers) == (18, 1, 256, 15)
+    assert gemma.kv_bytes(4096) == memory.kv_cache_bytes(3, 1, 256, 4096) + memory.kv_cache_bytes(15, 1, 256, 512)
+    assert gemma.kv_bytes(100) == memory.kv_cache_bytes(18, 1, 256, 100)
+    assert gemma.params / 1e6 == pytest.approx(268, abs=1)
+
+
+def test_catalog_target_configs_match_its_sizes():
+    for spec in catalog.load_catalog().values():
+        config = spec.extra["target_config"]
+        assert memory.size_config(config) == config, spec.name
+        if "gpu_gib_bf16" in spec.extra:
+            assert memory.estimate_bytes(config) / GIB == pytest.approx(spec.extra["gpu_gib_bf16"], abs=0.05), spec.name
+
+
+# ---- auto ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pair, picks", [
+    ("llama3.1-8b-1b", {8: "int4", 12: "int8", 16: "int8", 24: "none"}),   # bf16 needs 16.5 GiB
+    ("qwen2.5-7b-0.5b", {8: "int4", 12: "int8", 16: "none", 24: "none"}),  # bf16 needs 15.4 GiB
+])
+def test_auto_picks_the_best_precision_that_fits(pair, picks):
+    dims = pair_dims(pair)
+    got = {gib: pick_quant(dims, 4096, gib * GIB, "cuda:0") for gib in picks}
+    assert {gib: p.kind for gib, p in got.items()} == picks
+    assert got[8].fits == ("int4",) and got[24].fits == ("none", "int8", "int4")
+    assert got[8].reason.startswith("picked int4 (") and "bf16 needs" in got[8].reason
+    assert "8.0 GiB free on cuda:0" in got[8].reason and "at 4096 tokens" in got[8].reason
+    assert got[24].reason.startswith("picked bf16 (")
+    for p in got.values():
+        print(f"{pair} {p.free / GIB:.0f} GiB: {p.reason}")
+
+
+def test_auto_counts_the_kv_cache_of_the_context():
+    dims = pair_dims("llama2-7b-68m")  # MHA: 0.5 MiB of KV cache per token
+    assert pick_quant(dims, 4096, 16 * GIB, "cuda").kind == "none"
+    assert pick_quant(dims, 8192, 16 * GIB, "cuda").kind == "int8"
+
+
+def test_refusal_names_the_largest_context_that_fits():
+    with pytest.raises(DoesNotFit, match=r"does not fit 6.0 GiB free on cuda:0, not even in int4: it needs 6.7 GiB "
+                                         r"at 4096 tokens .*in int4 it fits with a context of at most 2676 tokens"):
+        pick_quant(pair_dims("llama2-7b-68m"), 4096, 6 * GIB, "cuda:0")
+    dims = pair_dims("llama2-7b-68m")
+    assert dims.needed("int4", 2676) <= 6 * GIB < dims.needed("int4", 2677)
+    with pytest.raises(DoesNotFit, match=r"its int4 weights and the margin alone do not fit: pick a smaller pair"):
+        pick_quant(pair_dims("llama3.1-8b-1b"), 4096, 4 * GIB, "cuda:0")
+    assert issubclass(DoesNotFit, catalog.PairError)
+
+
+def test_cpu_is_picked_by_measurement():
+    dims = pair_dims("llama3.1-8b-1b")
+    open_ = pick_quant(dims, 4096, 20 * GIB, "cpu", base_bytes=4, where="CPU RAM")
+    assert open_.kind is None and open_.fits == ("int8", "int4")  # fp32 needs 31.9 GiB
+    assert "by measurement" in open_.reason and "fp32 31.9" in open_.reason
+    seen = []
+    picked = pick_quant(dims, 4096, 20 * GIB, "cpu", base_bytes=4, cpu_choice=lambda fits: seen.append(fits) or "int4")
+    assert (picked.kind, seen) == ("int4", [("int8", "int4")])
+    with pytest.raises(DoesNotFit, match="fp32 needs 31.9 GiB"):
+        pick_quant(dims, 4096, 20 * GIB, "cpu", base_bytes=4, cpu_choice="none")
+    assert pick_quant(dims, 4096, None, "cuda").kind == "none"  # free memory unknown
+
+
+# ---- quantization of the real SmolLM2 target on the CPU --------------------------------------
+
+PROMPTS = [json.loads(line)["turns"][0] for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()][::4]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    """(model_dir, float32 model, prompt+greedy-continuation ids of the float32 model). One
+    thread: these tests check numbers, not speed, and stay quick on a busy machine."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from models.convert import converted_dir
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    folder = converted_dir(catalog.target_source(catalog.get_pair("smol-self"))[1])
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    ref = load(folder)
+    seqs = []
+    with torch.inference_mode():
+        for p in PROMPTS:
+            text = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+            n_prompt, out = ids.shape[1], ref(ids, use_cache=True)
+            for _ in range(12):
+                ids = torch.cat([ids, out.logits[:, -1:].argmax(-1)], dim=1)
+                out = ref(ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+            seqs.append((ids, n_prompt))
+    yield folder, ref, seqs
+    torch.set_num_threads(threads)
+
+
+def load(folder, dtype=None):
+    import torch
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or torch.float32).eval()
+
+
+def top1_agreement(ref, model, seqs) -> float:
+    """Share of positions (the prompt's last, then the float32 model's continuation) where both
+    models' top token is the same, teacher-forced on the same text."""
+    import torch
+    same = total = 0
+    with torch.inference_mode():
+        for ids, n_prompt in seqs:
+            a = ref(ids).logits[0, n_prompt - 1:].argmax(-1)
+            b = model(ids).logits[0, n_prompt - 1:].argmax(-1)
+            same += int((a == b).sum())
+            total += a.numel()
+    return same / total
+
+
+def test_supported_says_why():
+    import torch
+
+    from models import quant
+    assert quant.QUANTS == ("none", "int8", "int4")
+    assert quant.supported("int8", "cpu", torch.float32)[0] and quant.supported("int4", "cpu", torch.bfloat16)[0]
+    ok, why = quant.supported("int4", "cpu", torch.float32)  # x86: the kernel is vectorized for bf16 only
+    assert not ok and "needs bfloat16 activations" in why
+    ok, why = quant.supported("int4", "cuda", torch.float32)
+    assert not ok and "needs bfloat16" in why
+    ok, why = quant.supported("int3", "cpu", torch.float32)
+    assert not ok and "known: none, int8, int4" in why
+    assert not quant.supported("int8", "mps", torch.float32)[0]
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    model.dtype = torch.float32
+    with pytest.raises(ValueError, match="int4 on cuda needs bfloat16"):
+        quant.quantize(model, "int4", "cuda")
+
+
+@pytest.mark.parametrize("kind, dtype, group", [("int8", "float32", None), ("int4", "bfloat16", 32),
+                                               ("int4", "bfloat16", None)])
+def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path):
+    """int4 with the GGUF's own block size (32: the target is dequantized Q4_1) and the
+    default (the largest that divides 576: 64)."""
+    import torch
+
+    from models import quant
+    folder, ref, seqs = smol
+    model = load(folder, getattr(torch, dtype))
+    quant.quantize(model, kind, "cpu", group)
+    assert quant.quant_kind(model) == kind
+    assert type(model.lm_head.weight) is torch.nn.Parameter  # lm_head and embeddings stay float
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    agreement = top1_agreement(ref, model, seqs)
+    n = sum(ids.shape[1] - n_prompt + 1 for ids, n_prompt in seqs)
+    print(f"{kind}{'' if kind == 'int8' else f' group {group or 64}'} ({dtype} activations): top-1 "
+          f"agreement with float32, {n} positions of {len(seqs)} prompts: {agreement:.3f}")
+    assert agreement > 0.5
+
+    saved = quant.save_quantized(model, tmp_path / kind, kind, "cpu", group)
+    again = quant.load_quantized(saved, kind, "cpu", getattr(torch, dtype), group)
+    ids = seqs[0][0]
+    with torch.inference_mode():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    assert again.lm_head.weight is again.model.embed_tokens.weight
+    stamp = json.loads((saved / quant.STAMP).read_text())
+    (saved / quant.STAMP).write_text(json.dumps({**stamp, "torchao": "0.0.1"}))
+    assert quant.load_quantized(saved, kind, "cpu", getattr(torch, dtype), group) is None  # another version
+    assert quant.load_quantized(tmp_path / "missing", kind, "cpu", getattr(torch, dtype), group) is None
+
+
+def test_bfloat16_agreement_for_comparison(smol):
+    """int4 runs with bfloat16 activations on the CPU; this is the part of its disagreement
+    that bfloat16 alone accounts for (reported, not asserted beyond sanity)."""
+    import torch
+    folder, ref, seqs = smol
+    agreement = top1_agreement(ref, load(folder, torch.bfloat16), seqs)
+    print(f"none (bfloat16): top-1 agreement with float32 over {len(seqs)} prompts: {agreement:.3f}")
+    assert agreement > 0.5
+
+
+def test_second_start_loads_the_cached_quantized_target(smol, tmp_path, monkeypatch):
+    import torch
+
+    from models import quant
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    folder, ref, seqs = smol
+    said = []
+    first = quant.load_or_quantize(folder, "int8", "cpu", torch.float32, progress=said.append)
+    second = quant.load_or_quantize(folder, "int8", "cpu", torch.float32, progress=said.append)
+    assert said[0].startswith("quantizing the target to int8") and said[-1].startswith("loaded the int8 target")
+    assert quant.cache_dir(folder, "int8", "cpu", torch.float32).parent == tmp_path / "quantized"
+    with torch.inference_mode():
+        assert torch.equal(first(seqs[0][0]).logits, second(seqs[0][0]).logits)

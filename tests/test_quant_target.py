@@ -1,0 +1,120 @@
+"""The quantized target on the real smol-self pair (oracle: `vanilla` on the same quantized
+target): greedy `sps`/`duo` token-identical for int8 (float32), divergence only at rounding
+ties for int4 (bfloat16, the only int4 the CPU runs); sampling through the quantized target
+follows its distribution (chi-square on the first two tokens); `--target-quant` picks and
+refuses as it says."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from core.engine import GenConfig
+from core.sampling import SamplingConfig, logits_to_probs
+
+PROMPTS = ["Why is the sky blue?", "Write a haiku about a cat sleeping in the sun.",
+           "List three tips for staying focused while studying."]
+N, TIE = 32, 0.25
+
+
+def run(pair, ids, **kw):
+    events = list(pair.generate(ids, GenConfig(max_new_tokens=N, **kw)))
+    return [t for e in events for t in e.tokens], events[-1].stats
+
+
+@pytest.fixture(scope="module")
+def int8_pair(pair_with):
+    return pair_with(target_quant="int8")
+
+
+@pytest.fixture(scope="module")
+def int4_pair(pair_with):
+    return pair_with(target_quant="int4", dtype="bfloat16")
+
+
+@pytest.mark.parametrize("method,options", [("sps", {}), ("duo", {}),
+                                            ("duo", {"gamma": 6, "multi_seq": False})])
+def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
+    assert int8_pair.target.quant == "int8"
+    for prompt in PROMPTS:
+        ids = int8_pair.prompt_ids(prompt)
+        expected, _ = run(int8_pair, ids, method="vanilla")
+        got, stats = run(int8_pair, ids, method=method, **options)
+        assert got == expected, f"{method} {options} on int8, {prompt!r}"
+        assert stats["target_quant"] == "int8"
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
+    assert "weights int4" in int4_pair.placement()["target"]
+    for prompt in PROMPTS:
+        ids = int4_pair.prompt_ids(prompt)
+        expected, _ = run(int4_pair, ids, method="vanilla")
+        got, _ = run(int4_pair, ids, method=method)
+        i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
+        if i is None:
+            assert got == expected
+            continue
+        int4_pair.target.rollback(0)
+        logits = int4_pair.target.logits(ids + expected[:i], 1)[0].float().cpu().numpy()
+        top = float(np.max(logits))
+        assert top - logits[expected[i]] <= TIE and top - logits[got[i]] <= TIE
+
+
+def test_int8_sampling_follows_the_quantized_target(int8_pair):
+    """sps with gamma 2: the joint law of the first two tokens is the target's (top-k 3)."""
+    sampling, n = SamplingConfig(1.0, top_k=3), 400
+    ids = int8_pair.prompt_ids("Name a colour.")
+    target = int8_pair.target
+    target.rollback(0)
+    first = logits_to_probs(target.logits(ids, 1).cpu().numpy(), sampling)[0]
+    joint = {}
+    for a in np.flatnonzero(first):
+        target.rollback(0)
+        second = logits_to_probs(target.logits(ids + [int(a)], 1).cpu().numpy(), sampling)[0]
+        for b in np.flatnonzero(second):
+            joint[(int(a), int(b))] = first[a] * second[b]
+    counts = {}
+    for seed in range(n):
+        events = list(int8_pair.generate(ids, GenConfig("sps", 2, sampling, seed=seed, gamma=2)))
+        key = tuple(t for e in events for t in e.tokens)
+        counts[key] = counts.get(key, 0) + 1
+    keys = sorted(joint)
+    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    exp = np.array([joint[k] for k in keys], dtype=np.float64) * n
+    assert obs.sum() == n, "a sample left the target's top-k support"
+    keep = exp >= 5
+    obs, exp = np.append(obs[keep], obs[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
+    obs, exp = (obs, exp) if exp[-1] > 0 else (obs[:-1], exp[:-1])
+    exp = exp * obs.sum() / exp.sum()
+    assert chisquare(obs, exp * (obs.sum() / exp.sum())).pvalue > 1e-3
+
+
+def test_target_quant_choices_and_refusals(smol_pair, monkeypatch):
+    import models.memory as memory
+    from models.memory import GIB, DoesNotFit
+    from models.target_choice import pick_quant_kind
+
+    model_dir = smol_pair.target_dir
+    assert pick_quant_kind(model_dir, "cpu", "float32", 4096, "int8")[0] == "int8"
+    with pytest.raises(ValueError, match="needs bfloat16"):
+        pick_quant_kind(model_dir, "cpu", "float32", 4096, "int4")
+    with pytest.raises(ValueError, match="--target-quant must be one of auto, none, int8, int4"):
+        pick_quant_kind(model_dir, "cpu", "float32", 4096, "int2")
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (int(0.2 * GIB), "a tiny GPU"))
+    with pytest.raises(DoesNotFit, match="a tiny GPU"):
+        pick_quant_kind(model_dir, "cpu", "float32", 4096, "none")
+
+
+def test_auto_on_the_cpu_takes_the_fastest_measured(smol_pair, monkeypatch, tmp_path):
+    import models.target_choice as choice
+
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    timed = iter([[0.05, 0.09], [0.03, 0.05]])  # none, then int8
+    monkeypatch.setattr(choice, "_timed", lambda make: next(timed))
+    kind, reason = choice.pick_quant_kind(smol_pair.target_dir, "cpu", "float32", 4096)
+    assert kind == "int8" and "measured fastest" in reason
+    kind, _ = choice.pick_quant_kind(smol_pair.target_dir, "cpu", "float32", 4096)
+    assert kind == "int8"  # cached: the iterator is spent, nothing was timed again
