@@ -11,7 +11,7 @@ import gradio as gr
 from app import charts
 from app.host import ModelHost, pair_choices
 from app.view import (SOURCE_COLORS, Settings, Trace, compare_table, final_panel, jsonable,
-                      live_panel, placement_line)
+                      live_panel, placement_line, sizes_line)
 from core.engine import METHODS
 from models.catalog import PairError, get_pair
 
@@ -266,6 +266,7 @@ def _controls(app: App) -> dict:
     with gr.Accordion("controls", open=True):
         choices = pair_choices()
         c["pair"] = gr.Dropdown(choices, value=app.default_pair, label="pair", elem_id="pair")
+        c["sizes"] = gr.Markdown(sizes_line(app.default_pair), elem_id="pair-sizes")
         c["method"] = gr.Radio(list(METHODS), value="duo", label="method", elem_id="method")
         c["raw"] = gr.Checkbox(value=not _chat_pair(app.default_pair),
                                label="raw completion (no chat template, no history)")
@@ -305,6 +306,7 @@ def _wire(app: App, demo: gr.Blocks, ui: dict) -> None:
                         concurrency_limit=1, concurrency_id=ENGINE, show_progress="minimal")
     c["pair"].change(app.switch, [c["pair"]], [ui["status"], ui["placement"], c["pair"], c["raw"]],
                      api_name="switch_pair", concurrency_limit=1, concurrency_id=ENGINE)
+    c["pair"].change(sizes_line, [c["pair"]], c["sizes"], queue=False, api_visibility="private")
     ui["stop_btn"].click(app.stop, None, ui["status"], queue=False, api_name="stop")
     ui["clear_btn"].click(app.clear, None, outputs[1:], queue=False, api_name="clear")
     timer = gr.Timer(0.5)

@@ -154,6 +154,21 @@ def final_panel(stats: dict) -> str:
     return f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
 
 
+def sizes_line(name: str) -> str:
+    """GPU memory each precision of the pair's target needs, and what this machine would use."""
+    from models.catalog import PairError, get_pair
+    from models.memory import DEFAULT_CTX, free_bytes, precision_sizes
+
+    try:
+        vram, use = precision_sizes(get_pair(name), free_bytes("cuda")[0])
+    except PairError as e:
+        return f"**target memory**: unknown ({e})"
+    if vram is None:
+        return f"**target memory**: unknown (no config); this machine: {use}"
+    need = " · ".join(f"{k} {v} GiB" for k, v in vram.items())
+    return f"**target memory at {DEFAULT_CTX} tokens**: {need} · **this machine uses**: {use}"
+
+
 def placement_line(placement: dict, name: str) -> str:
     return (f"**pair** `{name}` · **draft**: {placement.get('draft', '?')} · "
             f"**target**: {placement.get('target', '?')}")

@@ -265,3 +265,36 @@ def max_context(dims: ModelDims, room: int, dtype_bytes: int = 2) -> int:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if dims.kv_bytes(mid, dtype_bytes) <= room else (lo, mid - 1)
     return lo
+
+
+# ---- per pair: what each precision needs, and what this machine would use ------------------
+
+def precision_sizes(s, gpu_free: int | None) -> tuple[dict | None, str]:
+    """GiB each precision needs on a GPU (from the catalog's target_config, else a downloaded
+    config.json), and what this machine would use: 'cpu' without a GPU, else what `auto` picks."""
+    try:
+        dims = model_dims(target_config(s))
+    except PairError:
+        return None, "cpu" if gpu_free is None else "-"
+    vram = {precision_label(k): round(dims.needed(k, DEFAULT_CTX) / GIB, 1) for k in PRECISIONS}
+    if gpu_free is None:
+        return vram, "cpu"
+    try:
+        return vram, precision_label(pick_quant(dims, DEFAULT_CTX, gpu_free, "cuda").kind)
+    except DoesNotFit:
+        return vram, "too big"
+
+
+def target_config(s) -> dict:
+    """The target's sizes: the catalog's target_config, or config.json of a downloaded target."""
+    if isinstance(s.extra.get("target_config"), dict):
+        return s.extra["target_config"]
+    from models.catalog import target_source
+
+    kind, folder = target_source(s)
+    if kind != "hf":
+        raise PairError(f"pair '{s.name}': no target_config and no config.json")
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise PairError(f"pair '{s.name}': cannot read {folder / 'config.json'}: {e}") from None

@@ -1,5 +1,6 @@
 """Measures draft time per token (and by thread count) and target forward time for 1..32
-tokens; cached per machine, pair, draft file, device, target dtype and thread counts."""
+tokens; cached per machine, pair, draft file, device, target dtype, precision, path and
+thread counts."""
 from __future__ import annotations
 
 import json
@@ -33,8 +34,8 @@ def machine_key() -> str:
 def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
     path = cache_root() / "profiles.json"
-    key = (f"v2|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
-           f"draft{threads[0]}|target{threads[1]}")
+    key = (f"v3|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
+           f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
     known = json.loads(path.read_text()) if path.exists() else {}
     if key in known and not remeasure:
         return Profile.from_dict(known[key])

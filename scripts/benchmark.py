@@ -228,6 +228,7 @@ def main(argv=None) -> None:
         for m in methods:
             method_config(args, m)
         questions = load_questions(args.questions, args.limit_per_category)
+        lengths = parse_lengths(args.figure1_lengths)
         get_pair(args.pair)
         from models.loader import Pair
         pair = Pair(args.pair, load_options(args))
@@ -243,11 +244,22 @@ def main(argv=None) -> None:
     report = {"machine": machine(pair, methods), "methods": summarize(results),
               "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                            "questions": args.questions, "prompts": len(questions)}}
-    lengths = [int(x) for x in args.figure1_lengths.split(",") if x.strip()]
+    (out / "results.json").write_text(json.dumps(report, indent=1))  # before the figure
+    print(markdown(report["methods"]), flush=True)
     if lengths:
         report["figure1"] = figure1(pair, lengths, out / "figure1.png")
-    (out / "results.json").write_text(json.dumps(report, indent=1))
-    print(markdown(report["methods"]))
+        (out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--figure1-lengths must be numbers separated by commas, got "
+                         f"'{text}'") from None
+    if any(n < 1 for n in lengths):
+        raise ValueError(f"--figure1-lengths must be positive, got '{text}'")
+    return lengths
 
 
 if __name__ == "__main__":

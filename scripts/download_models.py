@@ -16,10 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models import gguf_header, hub, vocab_compare  # noqa: E402
 from models.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
-                            get_pair, read_entries, save_user_entry, target_source, weights_complete)
-from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, GIB, PRECISIONS, DoesNotFit,  # noqa: E402
-                           estimate_bytes, free_bytes, model_dims, pick_quant, precision_label,
-                           size_config)
+                            get_pair, read_entries, save_user_entry, weights_complete)
+from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, GIB, estimate_bytes,  # noqa: E402
+                           free_bytes, precision_sizes, size_config)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -103,35 +102,6 @@ def pair_row(s: PairSpec, gpu_free: int | None = None) -> dict:
             "gated": s.gated, "download_gb": s.extra.get("download_gb"),
             "gpu_gib_bf16": s.extra.get("gpu_gib_bf16"), "quantization": s.extra.get("quantization"),
             "vram_gib": vram, "vram_ctx": DEFAULT_CTX, "would_use": use, "user": s.user, "note": s.note}
-
-
-def precision_sizes(s: PairSpec, gpu_free: int | None) -> tuple[dict | None, str]:
-    """GiB each precision needs on a GPU (from the catalog's target_config, else a downloaded
-    config.json), and what this machine would use: 'cpu' without a GPU, else what `auto` picks."""
-    try:
-        dims = model_dims(target_config(s))
-    except PairError:
-        return None, "cpu" if gpu_free is None else "-"
-    vram = {precision_label(k): round(dims.needed(k, DEFAULT_CTX) / GIB, 1) for k in PRECISIONS}
-    if gpu_free is None:
-        return vram, "cpu"
-    try:
-        return vram, precision_label(pick_quant(dims, DEFAULT_CTX, gpu_free, "cuda").kind)
-    except DoesNotFit:
-        return vram, "too big"
-
-
-def target_config(s: PairSpec) -> dict:
-    """The target's sizes: the catalog's target_config, or config.json of a downloaded target."""
-    if isinstance(s.extra.get("target_config"), dict):
-        return s.extra["target_config"]
-    kind, folder = target_source(s)
-    if kind != "hf":
-        raise PairError(f"pair '{s.name}': no target_config and no config.json")
-    try:
-        return json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise PairError(f"pair '{s.name}': cannot read {folder / 'config.json'}: {e}") from None
 
 
 def _draft_label(r: dict) -> str:

@@ -352,3 +352,15 @@ def test_check_folder_fits_reads_config(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "free_bytes", lambda device: (15 * memory.GIB, "cuda:0"))
     with pytest.raises(PairError, match="needs ~15.6 GiB"):
         memory.check_folder_fits(tmp_path, "cuda:0", 2)
+
+
+def test_app_shows_each_precisions_memory_for_the_picked_pair(monkeypatch):
+    import models.memory as memory
+    from app.view import sizes_line
+
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (None, "no GPU"))
+    line = sizes_line("smol-self")
+    assert "int8" in line and "int4" in line and "this machine uses**: cpu" in line
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (12 * memory.GIB, "a 12 GiB GPU"))
+    assert "uses**: int8" in sizes_line("llama3.1-8b-1b")  # bf16 needs 16.5 GiB
+    assert "unknown" in sizes_line("no-such-pair")
