@@ -155,7 +155,7 @@ class MappedVocab:
 
     def to_draft(self, target_ids: list[int]) -> list[int]:
         """The draft's context for a target context (the same in both modes)."""
-        lcp = _common_prefix(self._ctx, target_ids)
+        lcp = common_prefix(self._ctx, target_ids)
         k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks before k are kept
         start = self._dpos[k]
         old_tail = self._draft[start:]
@@ -194,7 +194,7 @@ class MappedVocab:
         self._pending = None
         if list(context[:len(after)]) != after:
             return
-        a = _common_prefix(out, context[len(after):])
+        a = common_prefix(out, context[len(after):])
         self.counts.settled_target += a
         self.counts.settled_draft += used[a]
 
@@ -214,7 +214,7 @@ class MappedVocab:
 
     # -- target -> draft (the context) ------------------------------------------------------
     def _count_context(self, start: int, old_tail: list[int]) -> None:
-        kept = start + _common_prefix(old_tail, self._draft[start:])
+        kept = start + common_prefix(old_tail, self._draft[start:])
         c = self.counts
         if c.ctx_calls:  # the first context of a generation follows another prompt
             c.ctx_draft_redone += start + len(old_tail) - kept
@@ -438,7 +438,8 @@ def _count_below(sorted_vals: list[int], limit: int) -> int:
     return bisect_left(sorted_vals, limit)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

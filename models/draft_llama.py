@@ -12,6 +12,7 @@ from llama_cpp import _internals as internals
 from llama_cpp import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
+from core.align import common_prefix
 from core.backends import Branching, Draft, Proposal
 from core.branching import softmax, top_ids, top_prob
 from core.sampling import SamplingConfig, logits_to_probs, sample
@@ -128,8 +129,8 @@ class LlamaDrafter:
         in one batched decode (copying a branch's cells into sequence 0 with seq_cp gave
         wrong logits afterwards in llama.cpp 0.3.36's unified cache)."""
         base = self.branch_base
-        better = any(_common_prefix(self.tokens[:base] + toks, ids) >
-                     _common_prefix(self.tokens, ids) for toks in self.branches.values())
+        better = any(common_prefix(self.tokens[:base] + toks, ids) >
+                     common_prefix(self.tokens, ids) for toks in self.branches.values())
         C.llama_memory_seq_keep(self.ctx.memory, 0)
         self.branches = {}
         if better:
@@ -163,7 +164,7 @@ class LlamaDrafter:
             raise ValueError("the draft needs a non-empty context")
         if self.branches:
             self._settle_branches(ids)
-        lcp = _common_prefix(self.tokens, ids)
+        lcp = common_prefix(self.tokens, ids)
         self.rollback(min(lcp, len(ids) - 1))
         rest = ids[len(self.tokens):]
         for start in range(0, len(rest), self.n_batch):
@@ -227,14 +228,6 @@ def _masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     if mask is not None:
         logits = np.where(mask, logits, -np.inf)
     return softmax(logits)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def extra_buffers_safe() -> bool:
