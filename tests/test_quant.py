@@ -160,6 +160,18 @@ def top1_agreement(ref, model, seqs) -> float:
     return same / total
 
 
+TEXT = ("The river rises in the hills and runs west through farmland to the sea. In spring it "
+        "floods the low fields, and the towns along its banks have built walls against it.")
+
+
+def perplexity(model, tokenizer) -> float:
+    """exp(mean next-token negative log-likelihood) of TEXT, teacher-forced."""
+    import torch
+    ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        return float(torch.exp(model(ids, labels=ids).loss.float()))
+
+
 def test_supported_says_why():
     import torch
 
@@ -197,7 +209,11 @@ def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path
     n = sum(ids.shape[1] - n_prompt + 1 for ids, n_prompt in seqs)
     print(f"{kind}{'' if kind == 'int8' else f' group {group or 64}'} ({dtype} activations): top-1 "
           f"agreement with float32, {n} positions of {len(seqs)} prompts: {agreement:.3f}")
-    assert agreement > 0.5
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    ppl, ref_ppl = perplexity(model, tok), perplexity(ref, tok)
+    print(f"{kind}: perplexity of a {len(TEXT)}-character text {ppl:.2f} (float32 {ref_ppl:.2f})")
+    assert agreement > 0.5 and ppl < 4 * ref_ppl
 
     saved = quant.save_quantized(model, tmp_path / kind, kind, "cpu", group)
     again = quant.load_quantized(saved, kind, "cpu", getattr(torch, dtype), group)
