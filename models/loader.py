@@ -70,7 +70,7 @@ class Pair:
         self.profile = None
         self.odds = FirstTokenOdds()  # learned across this pair's generations
         self._remeasured: set[tuple[int, int]] = set()
-        self._thread_times: dict[int, dict[int, float]] = {}  # share -> threads -> s/token
+        self._thread_times: dict[int, float] | None = None  # draft threads -> s/token
         self._progress = say
 
     def _vocab(self):
@@ -93,22 +93,29 @@ class Pair:
         stalls. duo splits the cores when the target is on the CPU; on cuda the target keeps
         one core to launch its kernels. Within its share, the draft takes the thread count
         that measured fastest."""
-        cores = max(1, self.opts.cores)
+        cores, draft = max(1, self.opts.cores), self.draft_threads()
         if self.target.device.startswith("cuda"):
-            return self.draft_threads(max(1, cores - 1)), 1
+            return draft, 1
         if self.target.fixed_threads:  # a compiled CPU target keeps its own count
-            return max(1, cores // 2), self.target.fixed_threads
-        if method == "duo":
-            return self.draft_threads(max(1, cores // 2)), max(1, cores - cores // 2)
-        return self.draft_threads(max(1, cores // 2)), cores
+            return draft, self.target.fixed_threads
+        return draft, max(1, cores - cores // 2) if method == "duo" else cores
 
-    def draft_threads(self, cap: int) -> int:
-        from models.profiler import fastest_threads, pick_draft_threads
+    def draft_threads(self) -> int:
+        from models.profiler import fastest_threads
 
-        if cap not in self._thread_times:
-            self._thread_times[cap] = pick_draft_threads(self.spec.name, self.drafter, cap,
-                                                         self._progress)
-        return fastest_threads(self._thread_times[cap])
+        return fastest_threads(self.draft_thread_times())
+
+    def draft_thread_times(self) -> dict[int, float]:
+        """Draft s/token by thread count within its share of the cores (all but the target's
+        launcher core on cuda, half on a CPU-only machine), measured once."""
+        from models.profiler import pick_draft_threads
+
+        if self._thread_times is None:
+            cores = max(1, self.opts.cores)
+            share = max(1, cores - 1 if self.target.device.startswith("cuda") else cores // 2)
+            self._thread_times = pick_draft_threads(self.spec.name, self.drafter, share,
+                                                    self._progress)
+        return self._thread_times
 
     def ensure_profile(self, method: str, remeasure: bool = False):
         from models.profiler import load_or_measure
@@ -117,8 +124,7 @@ class Pair:
         again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
                                        again, self._progress)
-        self.profile.draft_threads = next((t for t in self._thread_times.values()
-                                           if threads[0] in t), {threads[0]: 0.0})
+        self.profile.draft_threads = self.draft_thread_times()
         self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
         return self.profile
 

@@ -32,6 +32,8 @@ class StaticTarget(TorchTarget):
         self.compiled = compile
         self.path = "static-compiled" if compile else "static"
         self._n = 0
+        self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
+                                None)
         self.cache = None
         self._allocate()
         self._step = _compiled(self._forward, cuda) if compile else self._forward
@@ -80,8 +82,8 @@ class StaticTarget(TorchTarget):
         size = next(b for b in self.buckets if b >= len(piece))
         ids = torch.tensor([piece + [0] * (size - len(piece))], device=self.device)
         pos = torch.arange(self._n, self._n + size, device=self.device).unsqueeze(0)
-        for length in self._lengths:  # the layers write at `cumulative_length`
-            length.fill_(self._n)
+        torch._foreach_mul_(self._lengths, 0)  # the layers write at `cumulative_length`:
+        torch._foreach_add_(self._lengths, self._n)  # two kernels, not one per layer
         hidden = self._step(ids, pos)[0].clone()  # a CUDA graph reuses its output buffer
         self._n += len(piece)
         return hidden
@@ -92,7 +94,7 @@ class StaticTarget(TorchTarget):
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.lm_head(hidden).float()
-        cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+        cap = self._softcap
         return torch.tanh(logits / cap) * cap if cap else logits
 
     def warm_up(self, progress=None) -> float:
