@@ -95,7 +95,7 @@ class App:
         h = self.host
         if h.pair is None:
             return "**placement**: (loading)"
-        return placement_line(h.pair.placement(), h.name)
+        return placement_line(h.pair.describe(), h.name)
 
     def tick(self):
         busy = self.host.loading is not None or self.host.state == "idle"

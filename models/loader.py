@@ -15,6 +15,7 @@ from core.align import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
+from models.placement import Placement, draft_share
 from models.target_torch import pick_device, pick_dtype
 
 log = logging.getLogger("duo.loader")
@@ -70,7 +71,8 @@ class Pair:
         self.profile = None
         self.odds = FirstTokenOdds()  # learned across this pair's generations
         self._remeasured: set[tuple[int, int]] = set()
-        self._thread_times: dict[int, float] | None = None  # draft threads -> s/token
+        self._placement: Placement | None = None
+        self._thread_times: dict[int, float] = {}  # draft threads -> s/token
         self._progress = say
 
     def _vocab(self):
@@ -86,36 +88,24 @@ class Pair:
         except PairError as e:
             raise PairError(f"pair '{self.spec.name}': {e}") from e
 
-    # -- threads and the budget profile --------------------------------------------------
+    # -- placement and the budget profile ------------------------------------------------
+    def placement(self) -> Placement:
+        """Devices and thread counts, computed once (the draft's thread count is measured)."""
+        if self._placement is None:
+            from models.profiler import fastest_threads, pick_draft_threads
+
+            device, cores = self.target.device, max(1, self.opts.cores)
+            self._thread_times = pick_draft_threads(self.spec.name, self.drafter,
+                                                    draft_share(device, cores), self._progress)
+            self._placement = Placement(device, cores, fastest_threads(self._thread_times),
+                                        self.target.fixed_threads)
+        return self._placement
+
     def threads_for(self, method: str) -> tuple[int, int]:
-        """(draft, target) threads. llama.cpp's threads spin at barriers, so the draft never
-        takes every core: with a core short (another process, or torch beside it) a decode
-        stalls. duo splits the cores when the target is on the CPU; on cuda the target keeps
-        one core to launch its kernels. Within its share, the draft takes the thread count
-        that measured fastest."""
-        cores, draft = max(1, self.opts.cores), self.draft_threads()
-        if self.target.device.startswith("cuda"):
-            return draft, 1
-        if self.target.fixed_threads:  # a compiled CPU target keeps its own count
-            return draft, self.target.fixed_threads
-        return draft, max(1, cores - cores // 2) if method == "duo" else cores
+        return self.placement().threads(method)
 
-    def draft_threads(self) -> int:
-        from models.profiler import fastest_threads
-
-        return fastest_threads(self.draft_thread_times())
-
-    def draft_thread_times(self) -> dict[int, float]:
-        """Draft s/token by thread count within its share of the cores (all but the target's
-        launcher core on cuda, half on a CPU-only machine), measured once."""
-        from models.profiler import pick_draft_threads
-
-        if self._thread_times is None:
-            cores = max(1, self.opts.cores)
-            share = max(1, cores - 1 if self.target.device.startswith("cuda") else cores // 2)
-            self._thread_times = pick_draft_threads(self.spec.name, self.drafter, share,
-                                                    self._progress)
-        return self._thread_times
+    def apply_threads(self, method: str) -> tuple[int, int]:
+        return self.placement().apply(method, self.drafter, self.target)
 
     def ensure_profile(self, method: str, remeasure: bool = False):
         from models.profiler import load_or_measure
@@ -124,15 +114,9 @@ class Pair:
         again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
                                        again, self._progress)
-        self.profile.draft_threads = self.draft_thread_times()
+        self.profile.draft_threads = dict(self._thread_times)
         self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
         return self.profile
-
-    def apply_threads(self, method: str) -> tuple[int, int]:
-        draft_n, target_n = self.threads_for(method)
-        self.drafter.set_threads(draft_n)
-        self.target.set_threads(target_n)
-        return draft_n, target_n
 
     # -- prompts and generation ---------------------------------------------------------
     def prompt_ids(self, prompt: str | list[dict], raw: bool = False) -> list[int]:
@@ -157,8 +141,7 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        if cfg.method != "vanilla" and not self.target.device.startswith("cuda"):
-            cfg = replace(cfg, prefill_threads=self.opts.cores)  # the draft shares the cores
+        cfg = replace(cfg, prefill_threads=self.placement().prefill_threads(cfg.method))
         profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
@@ -179,7 +162,8 @@ class Pair:
         turn otherwise reuses the cached history)."""
         self.drafter.rollback(0)
 
-    def placement(self) -> dict:
+    def describe(self) -> dict:
+        """The placement line's two halves, for the app."""
         draft_n, _ = self.threads_for("duo")
         fmt = self.draft_format
         return {"draft": f"CPU, {draft_n} thread(s), {fmt.path.name} ({fmt.kind})",

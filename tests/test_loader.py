@@ -20,3 +20,22 @@ def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
     assert [again for _, again in asked] == [True, False, False]
     smol_pair.ensure_profile("duo", remeasure=True)  # an explicit request always measures
     assert asked[-1][1] is True
+
+
+def test_placement_is_one_value_for_every_method():
+    from models.placement import Placement, draft_share
+
+    cpu = Placement("cpu", cores=16, draft_threads=4)
+    assert cpu.threads("duo") == (4, 8) and cpu.threads("sps") == (4, 16)
+    assert cpu.prefill_threads("duo") == 16 and cpu.prefill_threads("vanilla") == 0
+    gpu = Placement("cuda:0", cores=16, draft_threads=8)
+    assert gpu.threads("duo") == (8, 1) and gpu.prefill_threads("duo") == 0
+    assert Placement("cpu", 16, 4, target_fixed=6).threads("vanilla") == (4, 6)
+    assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cpu", 1)) == (15, 8, 1)
+
+
+def test_pair_computes_its_placement_once(smol_pair):
+    first = smol_pair.placement()
+    assert smol_pair.placement() is first
+    assert smol_pair.apply_threads("duo") == first.threads("duo")
+    assert smol_pair.drafter.n_threads == first.draft_threads

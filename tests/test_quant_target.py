@@ -48,7 +48,7 @@ def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
 def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
-    assert "weights int4" in int4_pair.placement()["target"]
+    assert "weights int4" in int4_pair.describe()["target"]
     for prompt in PROMPTS:
         ids = int4_pair.prompt_ids(prompt)
         expected, _ = run(int4_pair, ids, method="vanilla")

@@ -94,7 +94,7 @@ def compiled(pair_with):
 
 def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
     assert compiled.target.path == "static-compiled"
-    assert "static-compiled" in compiled.placement()["target"]
+    assert "static-compiled" in compiled.describe()["target"]
     for prompt in PROMPTS[:2]:
         ids = smol_pair.prompt_ids(prompt)
         assert_same_logits(chunks(smol_pair.target, ids), chunks(compiled.target, ids))
