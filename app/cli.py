@@ -31,6 +31,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="auto, none, int8, int4: weight-only quantization of the target "
                         "(auto: on cuda the best that fits the free memory, bf16 > int8 > "
                         "int4; on the CPU the fastest measured; default from DUO_TARGET_QUANT)")
+    p.add_argument("--ctx-size", type=int, default=None,
+                   help="context window in target tokens (default: the target's trained "
+                        "window, capped by memory); the draft's is sized from it")
     p.add_argument("--draft-format", default="original",
                    help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
                         "smaller draft: faster prefill, for long prompts)")
@@ -47,7 +50,7 @@ def load_options(args):
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
                        draft_format=args.draft_format, target_compile=args.target_compile,
-                       target_quant=args.target_quant)
+                       target_quant=args.target_quant, n_ctx=args.ctx_size)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

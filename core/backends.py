@@ -106,6 +106,10 @@ class Target(Protocol):
     @property
     def n_cached(self) -> int: ...
 
+    @property
+    def cached_ids(self) -> list[int]:
+        """The n_cached tokens in the cache, in order (a new prompt keeps its common prefix)."""
+
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
         """Append `tokens` to the cache; the verifier's Scores of the last n_rows positions."""
 

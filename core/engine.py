@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 
+from core.align import common_prefix
 from core.backends import Draft, Drafter, Target
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
@@ -37,6 +38,7 @@ class GenConfig:
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
+    cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -73,7 +75,9 @@ class Run:
         self.t0 = time.perf_counter()
         self.odds = odds if odds is not None else FirstTokenOdds()
         self.telemetry = Telemetry(self.stats, self.t0, self.odds)
-        target.rollback(0)
+        keep = cached_prefix(target, prompt) if cfg.cache_prompt else 0
+        target.rollback(keep)
+        self.stats.prompt_tokens, self.stats.cached_tokens = len(prompt), keep
 
     def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
         """One target forward over the uncached context plus the draft; rolls the target's
@@ -121,9 +125,11 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `odds`: first-token odds learned by earlier
     generations of this pair (multi-sequence drafting), updated in place."""
-    run = Run(target, prompt, cfg, decode, odds)
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
+    run = Run(target, prompt, cfg, decode, odds)
+    if drafter is not None and not cfg.cache_prompt:
+        drafter.rollback(0)
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
     budget = None
     if cfg.method != "vanilla":
@@ -143,6 +149,12 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     if budget is not None:
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
+
+
+def cached_prefix(target: Target, prompt: list[int]) -> int:
+    """Prompt tokens whose KV the target already holds (a chat's next turn starts with the
+    last one); the last prompt token is always computed again, for its logits."""
+    return max(0, min(common_prefix(target.cached_ids, prompt), len(prompt) - 1))
 
 
 def _flat_profile() -> Profile:

@@ -42,6 +42,8 @@ class GenerationStats:
     vocab: dict = field(default_factory=dict)
     stop_reason: str = ""
     plain_rounds: int = 0  # rounds without a draft because the budget said it cannot pay
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV the target kept from the last generation
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1

@@ -55,6 +55,8 @@ class LlamaDrafter:
                 branching: Branching | None = None) -> Proposal:
         self.vocab.settle(context)  # stats: how much of the last proposal this context kept
         ids = self.vocab.to_draft(context)
+        if len(ids) >= self.n_ctx - 1:  # the draft's window is full: the target goes on alone
+            return Proposal()
         mask = self.vocab.draft_mask(sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()

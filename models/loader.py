@@ -16,6 +16,7 @@ from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
 from models.placement import Placement, draft_share
+from models.target_choice import pick_ctx
 from models.target_torch import pick_device, pick_dtype
 
 log = logging.getLogger("duo.loader")
@@ -26,7 +27,7 @@ class LoadOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
-    n_ctx: int = 4096
+    n_ctx: int | None = None  # None: the trained window, capped by memory (--ctx-size)
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
@@ -57,15 +58,18 @@ class Pair:
                      else target_file)
         self.target_dir = model_dir
         group = 32 if kind == "gguf" else None  # GGUF blocks are 32 wide: int4 stays near-exact
-        quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, self.opts.n_ctx,
+        n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, self.opts.n_ctx,
+                                          self.opts.target_quant)
+        quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, n_ctx,
                                                    self.opts.target_quant, group, say)
-        say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant})")
-        self.target = load_target(model_dir, device, dtype, self.opts.n_ctx,
-                                  self.opts.target_compile, self.opts.compile_buckets, say,
-                                  quant, group)
+        say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant}, "
+            f"context {n_ctx})")
+        self.target = load_target(model_dir, device, dtype, n_ctx, self.opts.target_compile,
+                                  self.opts.compile_buckets, say, quant, group)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         say(f"loading draft {draft_gguf.name} on the CPU")
-        self.drafter = LlamaDrafter(draft_gguf, n_threads=1, n_ctx=self.opts.n_ctx + 64)
+        self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
+                                    n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
         self.drafter.vocab = self._vocab()
         self.load_s = time.perf_counter() - t0
         self.profile = None
@@ -131,9 +135,17 @@ class Pair:
                                                      tokenize=True)["input_ids"]
         limit = self.target.n_ctx - 1
         if len(ids) > limit:
-            raise ValueError(f"the prompt is {len(ids)} tokens; the context window allows "
-                             f"{limit}")
+            raise ValueError(f"the prompt is {len(ids)} tokens; the context window "
+                             f"({self.target.n_ctx} tokens) allows {limit}")
         return list(ids)
+
+    def check_room(self, ids: list[int], max_new_tokens: int) -> None:
+        """The one context rule, checked before generating: prompt plus new tokens fit."""
+        room = self.target.n_ctx - len(ids)
+        if max_new_tokens > room:
+            raise ValueError(f"the prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens "
+                             f"exceed the context window of {self.target.n_ctx} tokens; at "
+                             f"most {room} new tokens fit")
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -157,11 +169,6 @@ class Pair:
                 ev.stats["draft_format"] = self.draft_format.to_dict()
             yield ev
 
-    def clear_draft_cache(self) -> None:
-        """Forget the draft's KV cache, so the next generation prefills its prompt cold (a chat
-        turn otherwise reuses the cached history)."""
-        self.drafter.rollback(0)
-
     def describe(self) -> dict:
         """The placement line's two halves, for the app."""
         draft_n, _ = self.threads_for("duo")
@@ -174,6 +181,13 @@ class Pair:
     def close(self) -> None:
         self.drafter.close()
         self.target.close()
+
+
+def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
+    """The draft's window from the target's: the same text may take more draft tokens with
+    another tokenizer (twice is ample; past its window the draft proposes nothing and the
+    target goes on alone), plus room for one chunk."""
+    return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
 
 
 def _check_device(device: str) -> str:

@@ -12,6 +12,42 @@ from models.convert import cache_root
 COMPILE_CHOICES = ("auto", "on", "off")
 QUANT_CHOICES = ("auto", "none", "int8", "int4")
 PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
+MIN_CTX = 64
+
+
+def trained_window(config: dict) -> int:
+    c = config.get("text_config") or config
+    return int(c.get("max_position_embeddings") or 4096)
+
+
+def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
+             quant: str = "auto") -> tuple[int, str]:
+    """(context window, why) for `--ctx-size`: what was asked, within the trained window;
+    by default the trained window, capped by the memory left beside the weights (at the
+    best precision that still leaves room for the usual 4096 tokens)."""
+    from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, PRECISIONS, free_bytes,
+                               max_context, model_dims)
+    from models.target_torch import DTYPES
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    trained = trained_window(config)
+    if asked is not None:
+        if not MIN_CTX <= asked <= trained:
+            raise ValueError(f"--ctx-size must be {MIN_CTX}..{trained} (the target's trained "
+                             f"window), got {asked}")
+        return asked, "as asked"
+    free, where = free_bytes(device)
+    if free is None:
+        return trained, "the trained window"
+    dims, base = model_dims(config), DTYPES[dtype].itemsize
+    fit = 0
+    for kind in PRECISIONS if quant == "auto" else (quant,):
+        fit = max_context(dims, free - dims.weights(kind, base) - DEFAULT_MARGIN, base)
+        if fit >= min(trained, DEFAULT_CTX):
+            break
+    if fit >= trained:
+        return trained, "the trained window"
+    return max(MIN_CTX, fit), f"what the memory on {where} holds (trained: {trained})"
 
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",

@@ -31,7 +31,6 @@ class StaticTarget(TorchTarget):
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if cuda else CPU_BUCKETS)))
         self.compiled = compile
         self.path = "static-compiled" if compile else "static"
-        self._n = 0
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
                                 None)
         self.cache = None
@@ -55,19 +54,15 @@ class StaticTarget(TorchTarget):
                                         torch.device(self.device))
         self._lengths = [layer.cumulative_length for layer in self.cache.layers]
 
-    @property
-    def n_cached(self) -> int:
-        return self._n
-
     def rollback(self, n_keep: int) -> None:
-        self._n = max(0, min(self._n, n_keep))
+        del self.cached_ids[max(0, n_keep):]  # positions past n_cached are overwritten later
 
     # -- the forward ------------------------------------------------------------------------
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
         """Append `tokens` in pieces of at most the largest bucket, each padded to a bucket;
         float32 logits of the last n_rows real positions, on the device."""
-        _check_chunk(tokens, n_rows, self._n, self.n_ctx)
+        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         top, hidden = self.buckets[-1], []
         for start in range(0, len(tokens), top):
             piece = tokens[start:start + top]
@@ -81,11 +76,12 @@ class StaticTarget(TorchTarget):
         """One padded forward at position n_cached; returns the hidden rows (bucket, dim)."""
         size = next(b for b in self.buckets if b >= len(piece))
         ids = torch.tensor([piece + [0] * (size - len(piece))], device=self.device)
-        pos = torch.arange(self._n, self._n + size, device=self.device).unsqueeze(0)
+        n = self.n_cached
+        pos = torch.arange(n, n + size, device=self.device).unsqueeze(0)
         torch._foreach_mul_(self._lengths, 0)  # the layers write at `cumulative_length`:
-        torch._foreach_add_(self._lengths, self._n)  # two kernels, not one per layer
+        torch._foreach_add_(self._lengths, n)  # two kernels, not one per layer
         hidden = self._step(ids, pos)[0].clone()  # a CUDA graph reuses its output buffer
-        self._n += len(piece)
+        self.cached_ids += piece
         return hidden
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -55,10 +55,11 @@ class TorchTarget:
         self.n_ctx = min(int(n_ctx or trained), trained)
         self.eos_ids = _eos_ids(self.model)
         self.cache = self._new_cache()
+        self.cached_ids: list[int] = []  # the tokens in the cache, in order
 
     @property
     def n_cached(self) -> int:
-        return int(self.cache.get_seq_length())
+        return len(self.cached_ids)
 
     @torch.inference_mode()
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
@@ -69,9 +70,14 @@ class TorchTarget:
         """Append `tokens`; float32 logits (n_rows, vocab) of the last n_rows, on the device."""
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=n_rows)
+        try:
+            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=n_rows)
+        except BaseException:  # the layers may have appended part of the chunk: start over
+            self.rollback(0)
+            raise
         self.cache = out.past_key_values
+        self.cached_ids += tokens
         return out.logits[0, -n_rows:].float()
 
     def rollback(self, n_keep: int) -> None:
@@ -79,6 +85,7 @@ class TorchTarget:
             self.cache = self._new_cache()
         else:  # crop(0) too: it trims sliding-window layers back to their window
             self.cache.crop(-max(0, self.n_cached - n_keep))
+        del self.cached_ids[n_keep:]
 
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)

@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -77,13 +78,12 @@ def method_config(args, name: str):
 
 
 def run_one(pair, ids, cfg) -> dict:
-    """One cold generation: the draft's cache from the method before would spare this one
-    the prompt's draft prefill."""
+    """One cold generation: the caches from the method before would spare this one the
+    prompt's prefills."""
     if isinstance(cfg, PeerConfig):
         return run_peer(pair, ids, cfg)
-    pair.clear_draft_cache()
     stats, tokens = {}, []
-    for ev in pair.generate(ids, cfg):
+    for ev in pair.generate(ids, replace(cfg, cache_prompt=False)):
         tokens += ev.tokens
         stats = ev.stats or stats
     stats["token_ids"] = tokens

@@ -48,6 +48,7 @@ def run(args) -> dict:
 
     pair = Pair(args.pair, load_options(args))
     ids = pair.prompt_ids(prompt, raw=args.raw)
+    pair.check_room(ids, cfg.max_new_tokens)
     tokens, text, stats = [], [], {}
     for ev in pair.generate(ids, cfg):
         tokens += ev.tokens

@@ -43,6 +43,10 @@ class FakeTarget(Threads):
     def n_cached(self) -> int:
         return len(self.cache)
 
+    @property
+    def cached_ids(self) -> list[int]:
+        return self.cache
+
     def score(self, tokens, n_rows, sampling):
         return Scores.from_logits(self.logits(tokens, n_rows), sampling)
 

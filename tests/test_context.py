@@ -1,0 +1,112 @@
+"""Chats reuse what the caches hold, and the context window holds for every method: the real
+smol-self pair (and gemma-smol, whose draft counts the window in its own tokens)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from core.align import common_prefix
+from core.engine import GenConfig
+from tests.conftest import ROOT
+
+TURN1 = [{"role": "user", "content": "Name three colours of the rainbow."}]
+
+
+def run(pair, ids, **kw) -> tuple[list[int], dict]:
+    tokens, stats = [], {}
+    for ev in pair.generate(ids, GenConfig(**kw)):
+        tokens += ev.tokens
+        stats = ev.stats or stats
+    return tokens, stats
+
+
+def counting(monkeypatch, pair) -> dict:
+    """Count the prompt tokens each model computes: the target's first forward, and the
+    draft's batched prefills."""
+    seen = {"target": [], "draft": 0}
+    score, fill = pair.target.score, pair.drafter._fill
+
+    def target_score(tokens, n_rows, sampling):
+        seen["target"].append(len(tokens))
+        return score(tokens, n_rows, sampling)
+
+    def draft_fill(entries, last_only):
+        seen["draft"] += len(entries) if last_only else 0
+        return fill(entries, last_only)
+    monkeypatch.setattr(pair.target, "score", target_score)
+    monkeypatch.setattr(pair.drafter, "_fill", draft_fill)
+    return seen
+
+
+@pytest.mark.parametrize("method", ["vanilla", "duo"])
+def test_turn_two_prefills_only_its_new_tokens(smol_pair, monkeypatch, method):
+    ids1 = smol_pair.prompt_ids(TURN1)
+    out1, _ = run(smol_pair, ids1, method=method, max_new_tokens=24)
+    turn2 = TURN1 + [{"role": "assistant", "content": smol_pair.decode(out1)},
+                     {"role": "user", "content": "And two more, please."}]
+    ids2 = smol_pair.prompt_ids(turn2)
+    seen = counting(monkeypatch, smol_pair)
+    warm, stats = run(smol_pair, ids2, method=method, max_new_tokens=24)
+    kept = stats["cached_tokens"]
+    assert kept >= len(ids1) and stats["prompt_tokens"] == len(ids2)
+    assert seen["target"][0] == len(ids2) - kept  # only the new tokens
+    if method == "duo":
+        assert 0 < seen["draft"] <= len(ids2) - len(ids1) + 8
+    seen["target"].clear()
+    cold, stats = run(smol_pair, ids2, method=method, max_new_tokens=24, cache_prompt=False)
+    assert cold == warm and stats["cached_tokens"] == 0
+    assert seen["target"][0] == len(ids2)
+
+
+def test_an_unrelated_prompt_keeps_nothing_and_a_repeat_keeps_all_but_one(smol_pair):
+    ids = smol_pair.prompt_ids("Write a haiku about rain.")
+    first, _ = run(smol_pair, ids, method="sps", max_new_tokens=8)
+    again, stats = run(smol_pair, ids, method="sps", max_new_tokens=8)
+    assert again == first and stats["cached_tokens"] == len(ids) - 1
+    other = smol_pair.prompt_ids("Quelle heure est-il ?")
+    _, stats = run(smol_pair, other, method="sps", max_new_tokens=4)
+    assert stats["cached_tokens"] == common_prefix(ids, other)  # the template's opening
+
+
+@pytest.fixture(scope="module")
+def small_window(pair_with):
+    return pair_with(n_ctx=96)
+
+
+@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+def test_generation_near_the_window_ends_with_length(small_window, method):
+    ids = small_window.prompt_ids("Tell me a long story about a dragon who learns to bake bread.")
+    tokens, stats = run(small_window, ids, method=method, max_new_tokens=10_000)
+    assert stats["stop_reason"] in ("context_window", "eos")
+    assert len(ids) + len(tokens) <= small_window.target.n_ctx
+    with pytest.raises(ValueError, match="exceed the context window of 96 tokens"):
+        small_window.check_room(ids, 10_000)
+
+
+def test_the_draft_proposes_nothing_past_its_own_window(small_window):
+    drafter = small_window.drafter
+    full = list(range(100, 100 + drafter.n_ctx))
+    assert len(drafter.propose(full, 4, GenConfig().sampling, None).main) == 0
+
+
+def test_ctx_size_is_checked_against_the_trained_window():
+    from models.catalog import get_pair, target_source
+    from models.convert import converted_dir
+    from models.target_choice import pick_ctx
+
+    model_dir = converted_dir(target_source(get_pair("smol-self"))[1])
+    assert pick_ctx(model_dir, "cpu", "float32", 2048) == (2048, "as asked")
+    assert pick_ctx(model_dir, "cpu", "float32")[0] == 8192  # SmolLM2: trained 8192, fits
+    with pytest.raises(ValueError, match="--ctx-size must be 64..8192"):
+        pick_ctx(model_dir, "cpu", "float32", 100_000)
+
+
+def test_cli_refuses_more_new_tokens_than_the_window_holds():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--prompt",
+                           "Hi", "--method", "vanilla", "--max-new-tokens", "1000000000",
+                           "--ctx-size", "256"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: the prompt (")
+    assert "at most" in proc.stderr and "Traceback" not in proc.stderr
