@@ -126,6 +126,16 @@ class ModelHost:
         finally:
             self._run.release()
 
+    def context_use(self, prompt, raw: bool = False) -> tuple[int, int] | None:
+        """(tokens `prompt` takes as the next prompt, the window) on the loaded pair; None while
+        none is loaded; ValueError (from the pair) when it is over the window. Tokenizes only."""
+        pair = self.pair
+        if pair is None:
+            return None
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        used = len(pair.prompt_ids(prompt, raw=raw)) if any(t.strip() for t in texts) else 0
+        return used, pair.target.n_ctx
+
     def close(self) -> None:
         with self._run:
             if self.pair is not None:

@@ -1,49 +1,30 @@
-"""The Gradio page: chat with streaming, controls, speed panel, pictures and the method
-comparison. Reads the engine's events and stats through ModelHost; never touches a model."""
+"""What the page does: chat with streaming (system prompt, regenerate, export, context meter),
+stop, clear, pair switch and the method comparison (the layout is in app/page.py). Reads the
+engine's events and stats through ModelHost; never touches a model."""
 from __future__ import annotations
 
+import itertools
+import logging
+import tempfile
 import time
 from contextlib import closing
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import gradio as gr
 
 from app import charts
-from app.host import ModelHost, pair_choices
-from app.view import (SOURCE_COLORS, Settings, Trace, compare_table, final_panel, jsonable,
-                      live_panel, placement_line, sizes_line)
-from core.engine import METHODS
+from app.chat import (clean_history, context_prompt, conversation, last_question, meter_line,
+                      no_text_note, with_system, write_exports)
+from app.host import ModelHost
+from app.page import CSS, COMPARE, OUTPUTS, SPEED_HINT, build
+from app.view import (Settings, Trace, compare_table, final_panel, jsonable, live_panel,
+                      placement_line)
 from models.catalog import PairError, get_pair
 
-ENGINE = "engine"  # one concurrency slot: one generation (or pair load) at a time, others queue
+__all__ = ["App", "CSS", "build"]  # app/main.py takes the page from here
+log = logging.getLogger(__name__)
 STREAM_EVERY_S = 0.08  # at most this often a streaming update goes to the page
-COMPARE = ("vanilla", "sps", "duo")
-SPEED_HINT = "*speed statistics appear here while generating*"
-CSS = """
-#speed table { font-size: 0.9em; }
-#status { min-height: 1.5em; }
-"""
-
-
-def text_of(content) -> str:
-    """Text of a chat message as gradio hands it over (a string or a list of parts); files
-    and other parts are ignored, never opened."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        return content.get("text", "") if content.get("type", "text") == "text" else ""
-    if isinstance(content, (list, tuple)):
-        return "".join(text_of(c) for c in content)
-    return ""
-
-
-def clean_history(history) -> list[dict]:
-    out = []
-    for m in history or []:
-        role = m.get("role") if isinstance(m, dict) else None
-        if role in ("user", "assistant", "system"):
-            out.append({"role": role, "content": text_of(m.get("content", ""))})
-    return out
 
 
 class Stops:
@@ -67,17 +48,39 @@ def _session(request) -> str:
 def _compare_prompt(message, history) -> tuple[str, list[dict]]:
     """The typed prompt, or else the last question of the chat (with the turns before it)."""
     message = (message or "").strip()
-    if not message and history and history[-1]["role"] == "assistant":
-        history = history[:-1]
-    if not message and history and history[-1]["role"] == "user":
-        message, history = history[-1]["content"], history[:-1]
-    return message, history
+    return (message, history) if message else last_question(history)
+
+
+def _out(**values) -> tuple:
+    """One update of OUTPUTS by name; the others are left as they are."""
+    return tuple(values.get(k, gr.skip()) for k in OUTPUTS)
+
+
+def _error_line(e: Exception) -> str:
+    if isinstance(e, (PairError, ValueError, RuntimeError)):
+        return f"**error:** {e}"
+    log.exception("unexpected error in a request (the chat is left as it was)")
+    return f"**error:** {type(e).__name__}: {e}"
+
+
+@dataclass
+class Turn:
+    """One answer to give: the question, the turns before it, what the chatbot returns to on
+    an error and what the prompt box gets back then (None: leave the box alone)."""
+    message: str
+    earlier: list[dict]
+    before: list[dict]
+    typed: str | None
+    raw: bool
+    system: str | None
 
 
 class App:
     def __init__(self, host: ModelHost, default_pair: str):
         self.host, self.default_pair = host, default_pair
         self.stops = Stops()
+        self._fresh = itertools.count(1)  # regenerate with sampling: seed + 1, + 2, ...
+        self.export_dir = Path(tempfile.mkdtemp(prefix="duo-chat-"))
 
     # -- status ------------------------------------------------------------------------
     def status(self) -> str:
@@ -102,35 +105,56 @@ class App:
         return self.status(), self.placement(), gr.Timer(active=busy)
 
     # -- chat -----------------------------------------------------------------------------
-    def chat(self, request: gr.Request, message, history, pair_name, raw, *settings):
-        t0, session = time.monotonic(), _session(request)
+    def chat(self, request: gr.Request, message, history, pair_name, raw, system, *settings):
         message, history = (message or "").strip(), clean_history(history)
         if not message:
-            yield gr.skip(), history, *[gr.skip()] * 6, "Type a prompt first."
+            yield _out(status="Type a prompt first.")
             return
-        shown = history + [{"role": "user", "content": message},
-                           {"role": "assistant", "content": ""}]
-        keep = [gr.skip()] * 6
-        yield "", shown, *keep, self.status()
+        turn = Turn(message, history, history, message, bool(raw), system)
+        yield from self._answer(request, turn, pair_name, Settings(*settings))
+
+    def regenerate(self, request: gr.Request, history, pair_name, raw, system, *settings):
+        """Answer the last question again; sampling takes a fresh seed, greedy the same text."""
+        history = clean_history(history)
+        message, earlier = last_question(history)
+        if not message:
+            yield _out(status="Nothing to regenerate: ask something first.")
+            return
+        s = Settings(*settings)
+        if float(s.temperature or 0) > 0:
+            s = replace(s, seed=int(s.seed or 0) + next(self._fresh))
+        yield from self._answer(request, Turn(message, earlier, history, None, bool(raw), system),
+                                pair_name, s)
+
+    def _answer(self, request, turn: Turn, pair_name, settings: Settings):
+        """Stream one answer; on any error the chat goes back to `turn.before`, the typed text
+        back to the prompt box, and the status line says what went wrong."""
+        t0, session = time.monotonic(), _session(request)
+        shown = turn.earlier + [{"role": "user", "content": turn.message},
+                                {"role": "assistant", "content": ""}]
+        box = gr.skip() if turn.typed is None else ""
+        yield _out(prompt=box, chatbot=shown, status=self.status())
         try:
-            cfg = Settings(*settings).gen_config()
+            cfg = settings.gen_config()
             for line in self._wait(pair_name):
-                yield gr.skip(), gr.skip(), *keep, f"waiting for the model: {line}"
-            prompt = message if raw else history + [{"role": "user", "content": message}]
-            yield from self._stream(prompt, raw, cfg, pair_name, shown,
+                yield _out(status=f"waiting for the model: {line}")
+            yield from self._stream(turn, cfg, pair_name, shown,
                                     lambda: self.stops.since(session, t0))
-        except (PairError, ValueError, RuntimeError) as e:
-            yield gr.skip(), shown[:-1], *keep, f"**error:** {e}"
+        except Exception as e:  # noqa: BLE001 -- whatever failed, the page keeps working
+            box = gr.skip() if turn.typed is None else turn.typed
+            yield _out(prompt=box, chatbot=turn.before, status=_error_line(e),
+                       meter=self.meter(turn.before, turn.raw, turn.system))
 
     def _wait(self, pair_name):
         yield from self.host.prepare(pair_name)
         yield from self.host.wait_turn()
 
-    def _stream(self, prompt, raw, cfg, pair_name, shown, stopped):
-        skip4, last = [gr.skip()] * 4, 0.0
+    def _stream(self, turn: Turn, cfg, pair_name, shown, stopped):
+        last = 0.0
         with self.host.running(pair_name) as pair:
             trace = Trace(pair.decode)
-            ids = pair.prompt_ids(prompt, raw=raw)
+            prompt = conversation(turn.earlier, turn.message, turn.raw, turn.system)
+            ids = pair.prompt_ids(prompt, raw=turn.raw)
             with closing(pair.generate(ids, cfg, stop=stopped)) as events:
                 for ev in events:  # a stop request ends it with one last event and the stats
                     trace.add(ev)
@@ -138,30 +162,54 @@ class App:
                     if ev.done or time.perf_counter() - last < STREAM_EVERY_S:
                         continue
                     last = time.perf_counter()
-                    yield (gr.skip(), shown, trace.segments(), live_panel(trace, cfg.method),
-                           *skip4, f"generating with `{cfg.method}` …")
-        yield self._final(trace, cfg.method, shown)
+                    yield _out(chatbot=shown, sources=trace.segments(),
+                               speed=live_panel(trace, cfg.method),
+                               status=f"generating with `{cfg.method}` …")
+        if not trace.text:  # a note for the eye; model_history keeps it from the model
+            shown[-1]["content"] = no_text_note(trace.stats.get("stop_reason"))
+        yield self._final(trace, cfg, shown, self.meter(shown, turn.raw, turn.system))
 
-    def _final(self, trace, method, shown):
-        stats = trace.stats
-        why = stats.get("stop_reason")
-        if why == "stopped":
+    def _final(self, trace, cfg, shown, meter):
+        stats, method = trace.stats, cfg.method
+        if stats.get("stop_reason") == "stopped":
             note = f"stopped after {stats.get('new_tokens', 0)} tokens"
         else:
             note = (f"done: {stats.get('new_tokens', 0)} tokens with `{method}` at "
                     f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
-        if not trace.text and why != "stopped":
-            shown[-1]["content"] = f"*(no text: the model stopped at once — {why})*"
-        return (gr.skip(), shown, trace.segments(), final_panel(stats), jsonable(stats),
-                charts.timeline(stats), charts.accept_histogram(stats),
-                charts.rate_over_time(trace.points, method), note)
+        if not cfg.sampling.greedy:
+            note += f" · seed {cfg.seed}"
+        return _out(chatbot=shown, sources=trace.segments(), speed=final_panel(stats),
+                    stats_json=jsonable(stats), timeline=charts.timeline(stats),
+                    hist=charts.accept_histogram(stats),
+                    rate=charts.rate_over_time(trace.points, method), status=note, meter=meter)
+
+    def meter(self, history, raw=False, system=""):
+        """The context meter: what the chat so far takes of the window for the next answer."""
+        raw = bool(raw)
+        try:
+            use = self.host.context_use(context_prompt(clean_history(history), raw, system), raw)
+        except Exception as e:  # noqa: BLE001 -- a meter never breaks the page
+            return meter_line(None, None, str(e) or type(e).__name__)
+        return meter_line(*(use or (None, None)))
+
+    def meter_when_loaded(self, history, raw, system):
+        return gr.skip() if self.host.loading else self.meter(history, raw, system)
+
+    def export(self, history, pair_name, raw, system, *settings):
+        """The chat (system prompt first) as chat-YYYYmmdd-HHMMSS.json and .md files."""
+        messages = with_system(None if raw else system, clean_history(history))
+        if not messages:
+            return None, None
+        meta = {"pair": pair_name, "raw": bool(raw), "settings": asdict(Settings(*settings))}
+        return tuple(str(p) for p in write_exports(self.export_dir, messages, meta))
 
     def stop(self, request: gr.Request):
         self.stops.request(_session(request))
         return "stopping …"
 
     # -- compare --------------------------------------------------------------------------
-    def compare(self, request: gr.Request, message, history, pair_name, raw, *settings):
+    def compare(self, request: gr.Request, message, history, pair_name, raw, system,
+                *settings):
         t0, session = time.monotonic(), _session(request)
         message, history = _compare_prompt(message, clean_history(history))
         results = {m: {} for m in COMPARE}
@@ -172,11 +220,11 @@ class App:
             cfg = Settings(*settings).gen_config()
             for line in self._wait(pair_name):
                 yield f"waiting for the model: {line}", "", "", ""
-            prompt = message if raw else history + [{"role": "user", "content": message}]
+            prompt = conversation(history, message, bool(raw), system)
             yield from self._compare(prompt, raw, cfg, pair_name, results,
                                      lambda: self.stops.since(session, t0))
-        except (PairError, ValueError, RuntimeError) as e:
-            yield f"**error:** {e}", "", "", ""
+        except Exception as e:  # noqa: BLE001 -- whatever failed, the page keeps working
+            yield _error_line(e), "", "", ""
 
     def _compare(self, prompt, raw, base, pair_name, results, stopped):
         greedy, last = base.sampling.greedy, 0.0
@@ -215,102 +263,7 @@ class App:
         except PairError as e:
             yield f"**error:** {e}", self.placement(), gr.update(value=self.host.name), gr.skip()
 
-    def clear(self, request: gr.Request):
+    def clear(self, request: gr.Request, raw=False, system=""):
         self.stops.request(_session(request))
-        return [], None, SPEED_HINT, None, None, None, None, "cleared"
-
-
-def build(app: App) -> gr.Blocks:
-    ui: dict = {}
-    with gr.Blocks(title="DuoDecoding") as demo:
-        gr.Markdown("## DuoDecoding — speculative decoding with a CPU draft model")
-        ui["status"] = gr.Markdown(app.status(), elem_id="status")
-        ui["placement"] = gr.Markdown(app.placement(), elem_id="placement")
-        with gr.Row():
-            with gr.Column(scale=3):
-                ui["chatbot"] = gr.Chatbot(elem_id="chat", height=380, label="chat",
-                                           buttons=["copy"], feedback_options=None)
-                ui["prompt"] = gr.Textbox(placeholder="Ask something, then Enter or Generate",
-                                          show_label=False, elem_id="prompt", lines=2)
-                with gr.Row():
-                    ui["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate")
-                    ui["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop")
-                    ui["clear_btn"] = gr.Button("Clear", elem_id="clear")
-                    ui["cmp_btn"] = gr.Button("Compare vanilla / sps / duo", elem_id="compare")
-                ui["sources"] = gr.HighlightedText(
-                    label="last answer by token source", elem_id="sources",
-                    color_map=SOURCE_COLORS, show_legend=True, show_inline_category=False)
-            with gr.Column(scale=2):
-                ui["speed"] = gr.Markdown(SPEED_HINT, elem_id="speed")
-                ui["controls"] = _controls(app)
-        with gr.Tabs():
-            with gr.Tab("Timeline"):
-                ui["timeline"] = gr.Plot(label="draft vs target per round", elem_id="timeline")
-            with gr.Tab("Acceptance"):
-                ui["hist"] = gr.Plot(label="acceptance length", elem_id="hist")
-            with gr.Tab("Tokens/s"):
-                ui["rate"] = gr.Plot(label="tokens/s over the generation", elem_id="rate")
-        gr.Markdown("### Comparison (same prompt and settings)")
-        ui["cmp_md"] = gr.Markdown("*press Compare*", elem_id="compare-table")
-        with gr.Row():
-            ui["cmp_texts"] = [gr.Textbox(label=m, lines=6, interactive=False,
-                                          elem_id=f"cmp-{m}") for m in COMPARE]
-        with gr.Accordion("raw stats of the last answer", open=False):
-            ui["stats_json"] = gr.JSON(elem_id="stats")
-        _wire(app, demo, ui)
-    return demo
-
-
-def _controls(app: App) -> dict:
-    c = {}
-    with gr.Accordion("controls", open=True):
-        choices = pair_choices()
-        c["pair"] = gr.Dropdown(choices, value=app.default_pair, label="pair", elem_id="pair")
-        c["sizes"] = gr.Markdown(sizes_line(app.default_pair), elem_id="pair-sizes")
-        c["method"] = gr.Radio(list(METHODS), value="duo", label="method", elem_id="method")
-        c["raw"] = gr.Checkbox(value=not _chat_pair(app.default_pair),
-                               label="raw completion (no chat template, no history)")
-        c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="max new tokens",
-                                 elem_id="max-new")
-        c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-        c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-        c["top_k"] = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
-        c["seed"] = gr.Number(value=0, precision=0, label="seed")
-        with gr.Row():
-            c["gamma_mode"] = gr.Radio(["auto", "fixed"], value="auto", label="gamma")
-            c["gamma"] = gr.Slider(1, 32, value=5, step=1, label="fixed gamma")
-        c["multi_seq"] = gr.Checkbox(value=True, label="multi-sequence drafting (duo)")
-        c["max_seqs"] = gr.Slider(1, 8, value=4, step=1, label="max sequences")
-        c["theta_scale"] = gr.Slider(0.1, 4, value=1.0, step=0.1, label="threshold scale")
-    return c
-
-
-def _chat_pair(name: str) -> bool:
-    try:
-        return get_pair(name).chat
-    except PairError:
-        return True
-
-
-def _wire(app: App, demo: gr.Blocks, ui: dict) -> None:
-    c = ui["controls"]
-    settings = [c[k] for k in ("method", "max_new", "temperature", "top_p", "top_k", "seed",
-                               "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale")]
-    inputs = [ui["prompt"], ui["chatbot"], c["pair"], c["raw"], *settings]
-    outputs = [ui["prompt"], ui["chatbot"], ui["sources"], ui["speed"], ui["stats_json"],
-               ui["timeline"], ui["hist"], ui["rate"], ui["status"]]
-    gr.on([ui["prompt"].submit, ui["gen_btn"].click], app.chat, inputs, outputs, api_name="chat",
-          concurrency_limit=1, concurrency_id=ENGINE, trigger_mode="always_last",
-          show_progress="minimal")
-    ui["cmp_btn"].click(app.compare, inputs, [ui["cmp_md"], *ui["cmp_texts"]], api_name="compare",
-                        concurrency_limit=1, concurrency_id=ENGINE, show_progress="minimal")
-    c["pair"].change(app.switch, [c["pair"]], [ui["status"], ui["placement"], c["pair"], c["raw"]],
-                     api_name="switch_pair", concurrency_limit=1, concurrency_id=ENGINE)
-    c["pair"].change(sizes_line, [c["pair"]], c["sizes"], queue=False, api_visibility="private")
-    ui["stop_btn"].click(app.stop, None, ui["status"], queue=False, api_name="stop")
-    ui["clear_btn"].click(app.clear, None, outputs[1:], queue=False, api_name="clear")
-    timer = gr.Timer(0.5)
-    timer.tick(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
-               api_name="status", concurrency_limit=None)
-    demo.load(app.tick, None, [ui["status"], ui["placement"], timer], show_progress="hidden",
-              api_visibility="private")
+        return _out(chatbot=[], sources=None, speed=SPEED_HINT, stats_json=None, timeline=None,
+                    hist=None, rate=None, status="cleared", meter=self.meter([], raw, system))[1:]

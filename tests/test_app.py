@@ -21,11 +21,11 @@ from models.catalog import PairError
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = 24  # keep generations short
 
-# chat inputs after (prompt, history): pair, raw, method, max new tokens, temperature, top-p,
-# top-k, seed, gamma mode, gamma, multi-seq, max seqs, threshold scale
-def chat_args(prompt, method="duo", tokens=TOKENS, raw=False, history=None):
-    return (prompt, history or [], "smol-self", raw, method, tokens, 0.0, 1.0, 0, 0, "auto", 5,
-            True, 4, 1.0)
+# chat inputs after (prompt, history): pair, raw, system prompt, method, max new tokens,
+# temperature, top-p, top-k, seed, gamma mode, gamma, multi-seq, max seqs, threshold scale
+def chat_args(prompt, method="duo", tokens=TOKENS, raw=False, history=None, system=""):
+    return (prompt, history or [], "smol-self", raw, system, method, tokens, 0.0, 1.0, 0, 0,
+            "auto", 5, True, 4, 1.0)
 
 
 def free_port() -> int:

@@ -95,6 +95,22 @@ def test_duo_answer_streams_with_speed_panel(page):
     assert shot(page, "browser_duo.png").stat().st_size > 10_000
 
 
+def test_regenerate_export_and_context_meter(page):
+    wait_text(page, "#context", "tokens (")  # counted after the answer above
+    assert page.locator("#system textarea").count() == 1
+    bots = page.locator("#chat [data-testid='bot']").count()
+    page.fill("#prompt textarea", "")
+    set_slider(page, "temperature", 1)
+    page.click("#regenerate")
+    wait_text(page, "#status", "· seed 1")  # sampling: the first regenerate takes seed + 1
+    set_slider(page, "temperature", 0)
+    assert page.locator("#chat [data-testid='bot']").count() == bots  # replaced, not added
+    with page.expect_download() as info:
+        page.click("#export-json")
+    assert re.fullmatch(r"chat-\d{8}-\d{6}\.json", info.value.suggested_filename)
+    assert '"role": "assistant"' in Path(info.value.path()).read_text()
+
+
 def test_stop_then_next_request_works(page):
     set_slider(page, "max-new", 600)
     generate(page, "Tell me a long story about a dragon and a knight.")
