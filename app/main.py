@@ -1,6 +1,8 @@
-"""Start the DuoDecoding web app: the page comes up at once and says how loading goes.
+"""Start the DuoDecoding app: the page and the OpenAI-compatible API (/v1) on one server; the
+page comes up at once and says how loading goes.
 
-    python app/main.py [--pair NAME] [--host 127.0.0.1] [--port 7860] [--share]
+    python app/main.py [--pair NAME] [--host 127.0.0.1] [--port 7860] [--no-ui]
+                       [--api-key KEY] [--max-queue 16] [--share]
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +28,18 @@ def parse(argv=None) -> argparse.Namespace:
                    help="address to bind (default: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also make a public gradio.live link")
-    return p.parse_args(argv)
+    p.add_argument("--no-ui", action="store_true", help="serve the API alone (no web page)")
+    p.add_argument("--api-key", default=os.environ.get("DUO_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: DUO_API_KEY)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="API requests waiting or running before more are refused (429)")
+    args = p.parse_args(argv)
+    if args.max_queue < 1:
+        p.error(f"--max-queue must be >= 1, got {args.max_queue}")
+    return args
+
+
+LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
 def main(argv=None) -> None:
@@ -38,13 +52,43 @@ def main(argv=None) -> None:
         options = load_options(args)
     except (PairError, ValueError) as e:
         fail(str(e))
+    from app.api import Api, router
     from app.host import ModelHost, real_pair
-    from app.ui import CSS, App, build
 
-    import gradio as gr
-
+    if args.host not in LOCAL and not args.api_key:
+        print(f"warning: serving on {args.host} without --api-key: anyone who can reach "
+              "this port can use the model", file=sys.stderr)
     host = ModelHost(real_pair(options))
     host.start_loading(args.pair)  # in the background: the page is up meanwhile
+    api = router(Api(host, args.api_key, args.max_queue))
+    try:
+        (serve_api if args.no_ui else serve_ui)(host, api, args, t0)
+    finally:
+        host.close()
+
+
+def serve_api(host, api, args, t0: float) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+
+    app = FastAPI(title="DuoDecoding API", docs_url=None, redoc_url=None)
+    app.include_router(api)
+    print(f"API on http://{args.host}:{args.port}/v1 after {time.perf_counter() - t0:.1f} s; "
+          f"loading '{args.pair}' in the background", file=sys.stderr, flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                           log_level="warning"))
+    threading.Thread(target=_wait, args=(host, t0), daemon=True).start()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind
+        fail(f"cannot serve on {args.host}:{args.port} (port taken or address not available)")
+
+
+def serve_ui(host, api, args, t0: float) -> None:
+    import gradio as gr
+
+    from app.ui import CSS, App, build
+
     demo = build(App(host, args.pair))
     demo.queue(default_concurrency_limit=1)
     theme = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
@@ -55,8 +99,10 @@ def main(argv=None) -> None:
                     footer_links=["api"], run_history=False)
     except OSError as e:  # port taken, address not available
         fail(f"cannot serve on {args.host}:{args.port}: {e}")
-    print(f"page up at {demo.local_url} after {time.perf_counter() - t0:.1f} s; "
-          f"loading '{args.pair}' in the background", file=sys.stderr, flush=True)
+    demo.app.include_router(api)  # the API shares the page's server and its one model
+    print(f"page up at {demo.local_url} (API at {demo.local_url}v1) after "
+          f"{time.perf_counter() - t0:.1f} s; loading '{args.pair}' in the background",
+          file=sys.stderr, flush=True)
     try:
         _wait(host, t0)
         demo.block_thread()
@@ -64,7 +110,6 @@ def main(argv=None) -> None:
         pass
     finally:
         demo.close()
-        host.close()
 
 
 def _wait(host, t0: float) -> None:

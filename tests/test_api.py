@@ -1,0 +1,217 @@
+"""The OpenAI-compatible API on a live server (127.0.0.1) over the real smol-self pair: the
+official `openai` client, raw HTTP for the errors, concurrent clients and disconnects."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import ROOT
+
+KEY = "test-key"
+HELLO = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+class Served:
+    """One smol-self pair behind app.api on a free port, with an API key."""
+
+    def __init__(self, pair):
+        import uvicorn
+        from fastapi import FastAPI
+
+        from app.api import Api, router
+        from app.host import ModelHost
+
+        self.host = ModelHost(lambda name, say: pair)
+        self.host.start_loading("smol-self")
+        while self.host.loading:
+            time.sleep(0.05)
+        self.api = Api(self.host, KEY, max_waiting=16)
+        app = FastAPI()
+        app.include_router(router(self.api))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, "127.0.0.1", self.port,
+                                                    log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        while not self.server.started:
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=KEY, max_retries=0, **kw)
+
+    def post(self, path: str, body, key: str | None = KEY, timeout: float = 120) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout)
+
+    def idle(self, within_s: float) -> bool:
+        """True once no generation holds the pair (within `within_s`)."""
+        end = time.monotonic() + within_s
+        while time.monotonic() < end:
+            if not self.host._run.locked():
+                return True
+            time.sleep(0.02)
+        return False
+
+
+@pytest.fixture(scope="module")
+def served(smol_pair):
+    s = Served(smol_pair)
+    yield s
+    s.server.should_exit = True
+
+
+def chat(served, messages=HELLO, **kw):
+    kw.setdefault("max_tokens", 24)
+    return served.client().chat.completions.create(model="smol-self", messages=messages,
+                                                   temperature=0, **kw)
+
+
+def test_greedy_chat_equals_the_cli_and_duo_equals_vanilla(served):
+    cli = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--method",
+                          "vanilla", "--prompt", HELLO[0]["content"], "--max-new-tokens", "24",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)["text"]
+    vanilla = chat(served, extra_body={"method": "vanilla"})
+    duo = chat(served, extra_body={"method": "duo"})
+    assert vanilla.choices[0].message.content == expected == duo.choices[0].message.content
+    assert duo.usage.completion_tokens == len(json.loads(cli.stdout)["token_ids"])
+    assert duo.model_extra["timings"]["method"] == "duo"
+    assert duo.model_extra["timings"]["predicted_per_second"] > 0
+
+
+def test_streamed_chat_and_completions_equal_the_whole_answers(served):
+    whole = chat(served).choices[0].message.content
+    stream = chat(served, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole
+    last = chunks[-1]
+    assert last.choices[0].finish_reason in ("stop", "length")
+    assert last.usage.completion_tokens > 0 and last.model_extra["timings"]["rounds"] > 0
+    client = served.client()
+    text = client.completions.create(model="smol-self", prompt="The sky is", max_tokens=12,
+                                     temperature=0)
+    parts = client.completions.create(model="smol-self", prompt="The sky is", max_tokens=12,
+                                      temperature=0, stream=True)
+    assert "".join(p.choices[0].text for p in parts) == text.choices[0].text
+    assert text.choices[0].finish_reason == "length" and text.usage.completion_tokens == 12
+
+
+def test_models_lists_the_loaded_pair(served):
+    assert [m.id for m in served.client().models.list()] == ["smol-self"]
+
+
+def test_sse_ends_with_done(served):
+    body = {"model": "smol-self", "messages": HELLO, "max_tokens": 4, "stream": True}
+    lines = [ln for ln in served.post("/chat/completions", body).text.split("\n") if ln]
+    assert lines[-1] == "data: [DONE]" and all(ln.startswith("data: ") for ln in lines)
+
+
+GOOD = {"model": "smol-self", "messages": HELLO, "max_tokens": 4, "temperature": 0}
+BAD = [  # (body, status, param or None, code or None)
+    (b"{not json", 400, None, None),
+    (b"[1, 2]", 400, None, None),
+    (b'{"model": "smol-self", "messages": [], "temperature": NaN}', 400, None, None),
+    ({"model": "smol-self"}, 400, "messages", "missing_required_parameter"),
+    ({**GOOD, "temperature": "hot"}, 400, "temperature", "invalid_value"),
+    ({**GOOD, "messages": "hi"}, 400, "messages", "invalid_value"),
+    ({**GOOD, "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages.0.role", None),
+    ({**GOOD, "temperature": 5}, 400, "temperature", "invalid_value"),
+    ({**GOOD, "max_tokens": 0}, 400, "max_tokens", "invalid_value"),
+    ({**GOOD, "top_p": 0}, 400, "top_p", "invalid_value"),
+    ({**GOOD, "method": "magic"}, 400, "method", "invalid_value"),
+    ({**GOOD, "gamma": 1000}, 400, "gamma", "invalid_value"),
+    ({**GOOD, "n": 3}, 400, "n", "invalid_value"),
+    ({**GOOD, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
+    ({**GOOD, "messages": [{"role": "user", "content": "   "}]}, 400, "messages", None),
+    ({**GOOD, "model": "gpt-4"}, 404, "model", "model_not_found"),
+    ({**GOOD, "max_tokens": 10**9}, 400, "messages", "context_length_exceeded"),
+    ({**GOOD, "messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages",
+     "context_length_exceeded"),
+]
+
+
+@pytest.mark.parametrize("body,status,param,code", BAD)
+def test_errors_come_in_the_openai_shape_and_the_server_keeps_serving(served, body, status,
+                                                                       param, code):
+    r = served.post("/chat/completions", body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert param is None or err["param"] == param
+    assert code is None or err["code"] == code
+    assert served.post("/chat/completions", GOOD).status_code == 200
+
+
+def test_window_message_names_the_limit(served):
+    r = served.post("/chat/completions", {**GOOD, "max_tokens": 10**9})
+    assert f"context window of {served.host.pair.target.n_ctx} tokens" in r.json()["error"]["message"]
+
+
+def test_a_wrong_or_missing_key_is_401(served):
+    for key in (None, "wrong"):
+        r = served.post("/chat/completions", GOOD, key=key)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(served.url + "/models").status_code == 401
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=served.url, api_key="nope", max_retries=0).models.list()
+
+
+def test_a_full_queue_is_429(served):
+    gate = served.api.gate
+    gate.n = gate.limit
+    try:
+        r = served.post("/chat/completions", GOOD)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full"
+    finally:
+        gate.n = 0
+    assert served.post("/chat/completions", GOOD).status_code == 200
+
+
+QUESTIONS = ["What is 2+2?", "Name a fruit.", "Say hello.", "What colour is grass?",
+             "Count to three.", "Name a planet.", "What is water made of?", "Name a bird."]
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_concurrent_clients_get_the_answers_they_get_alone(served, n):
+    def ask(q):
+        return chat(served, [{"role": "user", "content": q}], max_tokens=12,
+                    extra_body={"method": "duo"}).choices[0].message.content
+    alone = [ask(q) for q in QUESTIONS[:n]]
+    with ThreadPoolExecutor(n) as pool:
+        together = list(pool.map(ask, QUESTIONS[:n]))
+    assert together == alone
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_generation(served):
+    fresh = chat(served).choices[0].message.content
+    body = {**GOOD, "max_tokens": 2000, "stream": True, "temperature": 0.8,
+            "messages": [{"role": "user", "content": "Write a very long story."}]}
+    with httpx.stream("POST", served.url + "/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as r:
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+    assert served.idle(within_s=5)  # 2000 tokens would take a minute or more
+    assert chat(served).choices[0].message.content == fresh
+
+
+def test_a_client_that_times_out_cancels_its_generation(served):
+    body = {**GOOD, "max_tokens": 2000, "temperature": 0.8,
+            "messages": [{"role": "user", "content": "Write a very long story."}]}
+    with pytest.raises(httpx.TimeoutException):
+        served.post("/chat/completions", body, timeout=1.5)
+    assert served.idle(within_s=5)
+    assert served.post("/chat/completions", GOOD).status_code == 200
