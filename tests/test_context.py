@@ -72,7 +72,7 @@ def test_an_unrelated_prompt_keeps_nothing_and_a_repeat_keeps_all_but_one(smol_p
 
 @pytest.fixture(scope="module")
 def small_window(pair_with):
-    return pair_with(n_ctx=96)
+    return pair_with(n_ctx=64)
 
 
 @pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
@@ -81,7 +81,7 @@ def test_generation_near_the_window_ends_with_length(small_window, method):
     tokens, stats = run(small_window, ids, method=method, max_new_tokens=10_000)
     assert stats["stop_reason"] in ("context_window", "eos")
     assert len(ids) + len(tokens) <= small_window.target.n_ctx
-    with pytest.raises(ValueError, match="exceed the context window of 96 tokens"):
+    with pytest.raises(ValueError, match="exceed the context window of 64 tokens"):
         small_window.check_room(ids, 10_000)
 
 
@@ -110,3 +110,31 @@ def test_cli_refuses_more_new_tokens_than_the_window_holds():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the prompt (")
     assert "at most" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def gemma_small(pair_with):
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("gemma-smol", LoadOptions(target_compile="off", target_quant="none", n_ctx=64))
+    yield pair
+    pair.close()
+
+
+@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+def test_gemma_smol_near_the_window_ends_with_length(gemma_small, method):
+    ids = gemma_small.prompt_ids("Once upon a time, in a kingdom by the sea, there lived",
+                                 raw=True)
+    tokens, stats = run(gemma_small, ids, method=method, max_new_tokens=10_000)
+    assert stats["stop_reason"] in ("context_window", "eos")
+    assert len(ids) + len(tokens) <= gemma_small.target.n_ctx
+
+
+def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, monkeypatch):
+    ids = small_window.prompt_ids("Tell me a long story about a dragon who learns to bake bread.")
+    expected, _ = run(small_window, ids, method="vanilla", max_new_tokens=40)
+    monkeypatch.setattr(small_window.drafter, "n_ctx", len(ids) + 6)  # full after a few tokens
+    for method in ("sps", "duo"):
+        tokens, stats = run(small_window, ids, method=method, max_new_tokens=40)
+        assert tokens == expected[:len(tokens)] and stats["stop_reason"] != ""
+        assert len(tokens) == len(expected)
