@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SamplingConfig
-from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES
+from models.target_choice import COMPILE_CHOICES, MIN_CTX, QUANT_CHOICES
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 DRAFT_FORMATS = ("original", "q8_0")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the one-line `error: ...` exit (code 2) too."""
+
+    def error(self, message: str):
+        fail(message)
+
+
+def number(text: str) -> float:
+    """A finite float option (argparse's float takes 'nan' and 'inf')."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got '{text}'") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got '{text}'")
+    return value
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -46,6 +65,8 @@ def load_options(args):
                                ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
+    if args.ctx_size is not None and args.ctx_size < MIN_CTX:
+        raise ValueError(f"--ctx-size must be at least {MIN_CTX}, got {args.ctx_size}")
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
@@ -55,8 +76,8 @@ def load_options(args):
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=number, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=number, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gamma", default="auto", help="'auto' (hardware-aware) or a number")
@@ -65,7 +86,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--multi-seq", choices=("on", "off"), default="on",
                    help="duo: dynamic multi-sequence drafting")
     p.add_argument("--max-seqs", type=int, default=4, help="duo: most draft sequences per round")
-    p.add_argument("--theta-scale", type=float, default=1.0, help="duo: theta multiplier")
+    p.add_argument("--theta-scale", type=number, default=1.0, help="duo: theta multiplier")
     p.add_argument("--static-k", type=int, default=None, help="duo: always K sequences")
 
 
@@ -79,6 +100,8 @@ def parse_gamma(value: str) -> int | None:
 
 
 def gen_config(args, method: str) -> GenConfig:
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     cfg = GenConfig(method=method, max_new_tokens=args.max_new_tokens, sampling=sampling,
                     seed=args.seed, gamma=parse_gamma(args.gamma),

@@ -17,12 +17,12 @@ from pathlib import Path
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app calls no one home
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli import add_model_args, fail, load_options, quiet_logs  # noqa: E402
+from app.cli import Parser, add_model_args, fail, load_options, quiet_logs  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="DuoDecoding chat app")
+    p = Parser(description="DuoDecoding chat app")
     add_model_args(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: this machine only)")
@@ -36,6 +36,8 @@ def parse(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_queue < 1:
         p.error(f"--max-queue must be >= 1, got {args.max_queue}")
+    if not 1 <= args.port <= 65535:
+        p.error(f"--port must be 1..65535, got {args.port}")
     return args
 
 

@@ -118,9 +118,25 @@ def parse(model: type[BaseModel], body: bytes) -> BaseModel:
         return model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        param = ".".join(str(p) for p in err["loc"]) or None
+        param = _param(err["loc"], data, err["type"] == "missing")
         code = "missing_required_parameter" if err["type"] == "missing" else "invalid_value"
         raise ApiError(400, f"{param}: {err['msg']}", param=param, code=code) from None
+
+
+def _param(loc: tuple, data, missing: bool) -> str | None:
+    """The field's path in the body ("messages.0.content"): pydantic's steps that index the
+    body, without the union branches it tried ("str", "list[str]"); a missing field ends it."""
+    path, at = [], data
+    for i, step in enumerate(loc):
+        if isinstance(at, dict) and step in at or (
+                isinstance(at, list) and isinstance(step, int) and 0 <= step < len(at)):
+            path.append(str(step))
+            at = at[step]
+        else:
+            if missing and i == len(loc) - 1:
+                path.append(str(step))
+            break
+    return ".".join(path) or None
 
 
 def _no_constant(name: str):

@@ -21,6 +21,7 @@ from app.page import CSS, COMPARE, OUTPUTS, SPEED_HINT, build
 from app.view import (Settings, Trace, compare_table, final_panel, jsonable, live_panel,
                       placement_line)
 from models.catalog import PairError, get_pair
+from models.prompt_text import has_text
 
 __all__ = ["App", "CSS", "build"]  # app/main.py takes the page from here
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def _session(request) -> str:
 def _compare_prompt(message, history) -> tuple[str, list[dict]]:
     """The typed prompt, or else the last question of the chat (with the turns before it)."""
     message = (message or "").strip()
-    return (message, history) if message else last_question(history)
+    return (message, history) if has_text(message) else last_question(history)
 
 
 def _out(**values) -> tuple:
@@ -107,7 +108,7 @@ class App:
     # -- chat -----------------------------------------------------------------------------
     def chat(self, request: gr.Request, message, history, pair_name, raw, system, *settings):
         message, history = (message or "").strip(), clean_history(history)
-        if not message:
+        if not has_text(message):  # blank, or control characters alone
             yield _out(status="Type a prompt first.")
             return
         turn = Turn(message, history, history, message, bool(raw), system)

@@ -2,6 +2,7 @@
 and final), the answer split by token source, and the comparison table. No gradio here."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +30,12 @@ class Settings:
     theta_scale: float = 1.0
 
     def gen_config(self, method: str | None = None) -> GenConfig:
+        for name in ("temperature", "top_p", "theta_scale"):  # the engine's checks let NaN by
+            if not math.isfinite(float(getattr(self, name))):
+                raise ValueError(f"{name.replace('_', ' ')} must be a finite number, "
+                                 f"got {getattr(self, name)}")
+        if int(self.seed or 0) < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         sampling = SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
         cfg = GenConfig(method=method or self.method, max_new_tokens=int(self.max_new_tokens),
                         sampling=sampling, seed=int(self.seed or 0),

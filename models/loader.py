@@ -16,6 +16,7 @@ from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
 from models.placement import Placement, draft_share
+from models.prompt_text import check_prompt
 from models.target_choice import pick_ctx
 from models.target_torch import pick_device, pick_dtype
 
@@ -125,8 +126,7 @@ class Pair:
     # -- prompts and generation ---------------------------------------------------------
     def prompt_ids(self, prompt: str | list[dict], raw: bool = False) -> list[int]:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        if not any(m.get("content", "").strip() for m in messages):
-            raise ValueError("the prompt is empty")
+        check_prompt(messages, self.target.n_ctx)  # before tokenizing: a 2 MB paste is quick
         if raw or not self.tokenizer.chat_template:
             text = "".join(m["content"] for m in messages)
             ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]

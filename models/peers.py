@@ -187,7 +187,8 @@ class Peers:
             folder = converted_dir(draft_path(self.pair.spec), log.info)
             log.info(f"hf-assisted: loading the draft's PyTorch weights ({folder.name}) on "
                      f"{target.device} ({target.model.dtype})")
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=target.model.dtype)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=target.model.dtype,
+                                                         use_safetensors=True)
             model.to(target.device).eval()
             same = self.pair.spec.same_tokenizer
             self.assistant = (model, None if same else AutoTokenizer.from_pretrained(str(folder)))

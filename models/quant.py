@@ -155,7 +155,8 @@ def load_or_quantize(model_dir: str | Path, kind: str, device: str, dtype: torch
         if model is not None:
             say(progress, f"loaded the {kind} target from {folder} in {time.perf_counter() - t0:.1f} s")
             return model
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
+                                                 use_safetensors=True).eval()
     if kind == "none":
         return model.to(device)
     say(progress, f"quantizing the target to {kind} (first load only)")

@@ -41,8 +41,8 @@ class TorchTarget:
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/quant.py)
         if quant == "none":
-            self.model = AutoModelForCausalLM.from_pretrained(str(model_dir),
-                                                              dtype=DTYPES[self.dtype])
+            self.model = AutoModelForCausalLM.from_pretrained(  # never pickle weights
+                str(model_dir), dtype=DTYPES[self.dtype], use_safetensors=True)
         else:
             from models.quant import load_or_quantize
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],

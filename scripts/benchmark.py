@@ -7,7 +7,6 @@ hf-assisted (transformers assisted generate with the draft's PyTorch weights), h
 lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone)."""
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -19,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
-                     load_options, quiet_logs)
+from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
+                     gen_config, load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
@@ -30,7 +29,7 @@ VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
+    p = Parser(description=__doc__)
     add_model_args(p)
     p.add_argument("--methods", default="vanilla,sps,duo")
     p.add_argument("--questions", required=True, help="JSONL: question_id, category, turns")
@@ -225,6 +224,8 @@ def main(argv=None) -> None:
     quiet_logs()
     try:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not methods:
+            raise ValueError("--methods names no method")
         for m in methods:
             method_config(args, m)
         questions = load_questions(args.questions, args.limit_per_category)

@@ -8,14 +8,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli import (add_decoding_args, add_model_args, fail, gen_config,  # noqa: E402
-                     load_options, quiet_logs)
+from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
+                     gen_config, load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
+from models.prompt_text import check_prompt  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = Parser(description=__doc__)
     add_model_args(p)
     p.add_argument("--method", default="duo", choices=METHODS)
     src = p.add_mutually_exclusive_group(required=True)
@@ -35,8 +36,7 @@ def read_prompt(args) -> str:
             text = Path(args.prompt_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read prompt file '{args.prompt_file}': {e}") from None
-    if not text.strip():
-        raise ValueError("the prompt is empty")
+    check_prompt([{"content": text}])  # empty: fail before loading anything
     return text
 
 

@@ -3,11 +3,8 @@ official `openai` client, raw HTTP for the errors, concurrent clients and discon
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -15,61 +12,16 @@ import openai
 import pytest
 
 from tests.conftest import ROOT
+from tests.live_server import KEY, Served
 
-KEY = "test-key"
 HELLO = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-class Served:
-    """One smol-self pair behind app.api on a free port, with an API key."""
-
-    def __init__(self, pair):
-        import uvicorn
-        from fastapi import FastAPI
-
-        from app.api import Api, router
-        from app.host import ModelHost
-
-        self.host = ModelHost(lambda name, say: pair)
-        self.host.start_loading("smol-self")
-        while self.host.loading:
-            time.sleep(0.05)
-        self.api = Api(self.host, KEY, max_waiting=16)
-        app = FastAPI()
-        app.include_router(router(self.api))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, "127.0.0.1", self.port,
-                                                    log_level="warning"))
-        threading.Thread(target=self.server.run, daemon=True).start()
-        while not self.server.started:
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url, api_key=KEY, max_retries=0, **kw)
-
-    def post(self, path: str, body, key: str | None = KEY, timeout: float = 120) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout)
-
-    def idle(self, within_s: float) -> bool:
-        """True once no generation holds the pair (within `within_s`)."""
-        end = time.monotonic() + within_s
-        while time.monotonic() < end:
-            if not self.host._run.locked():
-                return True
-            time.sleep(0.02)
-        return False
 
 
 @pytest.fixture(scope="module")
 def served(smol_pair):
     s = Served(smol_pair)
     yield s
-    s.server.should_exit = True
+    s.close()
 
 
 def chat(served, messages=HELLO, **kw):

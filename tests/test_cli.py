@@ -77,7 +77,7 @@ def test_prompt_longer_than_context_says_the_limit(tmp_path):
     f = tmp_path / "long.txt"
     f.write_text("word " * 9000, encoding="utf-8")
     r = call("--prompt-file", str(f), "--max-new-tokens", "4")
-    assert r.returncode == 2 and "context window allows" in r.stderr
+    assert r.returncode == 2 and "the context window (8192 tokens) allows 8191" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -1,0 +1,63 @@
+"""A live OpenAI-compatible server (app.api on uvicorn, 127.0.0.1, a free port, an API key)
+over a loaded pair, for the tests that talk to it over HTTP."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import openai
+
+KEY = "test-key"
+
+
+class Served:
+    """One pair (served as smol-self) behind app.api on a free port, with an API key; `post`
+    sends this server's key unless given another (None: no key)."""
+
+    def __init__(self, pair, key: str = KEY):
+        import uvicorn
+        from fastapi import FastAPI
+
+        from app.api import Api, router
+        from app.host import ModelHost
+
+        self.host = ModelHost(lambda name, say: pair)
+        self.host.start_loading("smol-self")
+        while self.host.loading:
+            time.sleep(0.05)
+        self.key, self.api = key, Api(self.host, key, max_waiting=16)
+        app = FastAPI()
+        app.include_router(router(self.api))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, "127.0.0.1", self.port,
+                                                    log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        while not self.server.started:
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=self.key, max_retries=0, **kw)
+
+    def post(self, path: str, body, key: str | None = "", timeout: float = 120) -> httpx.Response:
+        key = self.key if key == "" else key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout)
+
+    def idle(self, within_s: float) -> bool:
+        """True once no generation holds the pair (within `within_s`)."""
+        end = time.monotonic() + within_s
+        while time.monotonic() < end:
+            if not self.host._run.locked():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def close(self) -> None:
+        self.server.should_exit = True
