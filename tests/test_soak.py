@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from core.engine import GenConfig
-from tests.test_api import Served
+from tests.live_server import Served
 
 METHODS = ("vanilla", "sps", "duo")
 
