@@ -14,7 +14,7 @@ from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.sampling import PositionRng, SamplingConfig
+from core.sampling import PositionRng, SamplingConfig, check_finite
 from core.scheduler import Drafted, DraftWorker
 from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
@@ -41,6 +41,7 @@ class GenConfig:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
+        check_finite("--theta-scale", self.theta_scale)
         if self.max_new_tokens <= 0:
             raise ValueError(f"--max-new-tokens must be > 0, got {self.max_new_tokens}")
         if self.gamma is not None and not 1 <= self.gamma <= 64:
