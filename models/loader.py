@@ -152,6 +152,7 @@ class Pair:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
+                ev.stats["target_device"] = self.target.device
                 ev.stats["target_path"] = self.target.path
                 ev.stats["target_quant"] = self.target.quant
                 ev.stats["draft_format"] = self.draft_format.to_dict()

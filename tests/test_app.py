@@ -180,10 +180,13 @@ def test_compare_greedy_texts_identical(app):
         assert f"| {method} |" in table
 
 
-@pytest.mark.parametrize("dtype,needle", [("float32", "should not happen"),
-                                          ("bfloat16", "expected now and then with a bfloat16")])
-def test_compare_note_on_parted_greedy_texts(dtype, needle):
-    stats = {"target_dtype": dtype}
+@pytest.mark.parametrize("dtype,device,needle", [
+    ("float32", "cpu", "should not happen"),
+    ("bfloat16", "cpu", "expected now and then with a bfloat16"),
+    ("float32", "cuda", "expected now and then with a float32 target on cuda"),
+    ("bfloat16", "cuda", "Only a float32 target on the CPU")])
+def test_compare_note_on_parted_greedy_texts(dtype, device, needle):
+    stats = {"target_dtype": dtype, "target_device": device}
     parted = {"vanilla": {"ids": [1, 2], "stats": stats}, "duo": {"ids": [1, 3], "stats": stats}}
     assert needle in identical_note(parted, greedy=True)
     same = {m: {"ids": [1, 2], "stats": stats} for m in ("vanilla", "duo")}
