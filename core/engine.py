@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 from core.backends import Draft, Drafter, Target
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
+from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.sampling import PositionRng, SamplingConfig, check_finite
@@ -37,11 +38,14 @@ class GenConfig:
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
+    draft_timeout_s: float | None = 10.0  # a draft job with no answer by then: target alone
 
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
         check_finite("--theta-scale", self.theta_scale)
+        if self.draft_timeout_s is not None and not self.draft_timeout_s > 0:
+            raise ValueError(f"draft_timeout_s must be > 0 or None, got {self.draft_timeout_s}")
         if self.max_new_tokens <= 0:
             raise ValueError(f"--max-new-tokens must be > 0, got {self.max_new_tokens}")
         if self.gamma is not None and not 1 <= self.gamma <= 64:
@@ -117,20 +121,25 @@ class Run:
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
-             odds: FirstTokenOdds | None = None) -> Iterator[Event]:
+             odds: FirstTokenOdds | None = None,
+             learned: Learned | None = None) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
-    'stopped'), still with the stats. `odds`: first-token odds learned by earlier
-    generations of this pair (multi-sequence drafting), updated in place."""
-    run = Run(target, prompt, cfg, decode, odds)
+    'stopped'), still with the stats. `learned`: what earlier generations of this pair
+    learned (budget, first-token odds, draft health), updated in place; `odds` alone: the
+    first-token odds only."""
+    learned = learned if learned is not None else Learned(odds or FirstTokenOdds())
+    run = Run(target, prompt, cfg, decode, learned.odds)
+    run.learned = learned
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
     budget = None
     if cfg.method != "vanilla":
-        budget = DraftBudget(profile or _flat_profile(), overlap=cfg.method == "duo",
-                             fixed=cfg.gamma)
+        budget = learned.budget(cfg.method, profile or _flat_profile(),
+                                overlap=cfg.method == "duo", fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
+        loop = loop if _draft_ready(run, drafter) else _vanilla
     last = Event()
     with closing(loop(run, drafter, budget)) as events:  # closing joins the draft worker
         for ev in events:
@@ -142,8 +151,31 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
                 last = run.out.stop()
                 break
     if budget is not None:
+        learned.keep(cfg.method, budget)
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
+
+
+def _draft_ready(run: Run, drafter: Drafter) -> bool:
+    """After a draft failure: a fresh draft state, or the target alone while it still hangs."""
+    learned = run.learned
+    if not learned.draft_free():
+        run.telemetry.warn("the draft is still busy after an earlier failure; the target ran "
+                           "alone")
+        return False
+    if learned.reset_draft:
+        drafter.rollback(0)
+        learned.reset_draft = False
+    return True
+
+
+def _close_worker(run: Run, worker: DraftWorker) -> None:
+    """End the draft thread; its failures become warnings and mark the draft for a reset."""
+    run.learned.busy_draft = worker.close()
+    run.learned.reset_draft |= worker.failed
+    for message in worker.warnings:
+        run.telemetry.warn(message)
+    run.telemetry.settle_dropped()
 
 
 def _flat_profile() -> Profile:
@@ -160,17 +192,21 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
 
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True)
-    if run.cfg.prefill_threads:
-        _prefill_draft(run, drafter, worker)
-    while True:
-        start = time.perf_counter()
-        gamma = run.draft_room(budget.gamma)
-        chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
-        draft = chunk.proposal.main
-        verdict, vspan = run.verify(draft)
-        run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
-        yield run.commit(draft, verdict)
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
+                         timeout_s=run.cfg.draft_timeout_s)
+    try:
+        if run.cfg.prefill_threads:
+            _prefill_draft(run, drafter, worker)
+        while True:
+            start = time.perf_counter()
+            gamma = 0 if worker.failed else run.draft_room(budget.gamma)
+            chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
+            draft = chunk.proposal.main
+            verdict, vspan = run.verify(draft)
+            run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
+            yield run.commit(draft, verdict)
+    finally:
+        _close_worker(run, worker)
 
 
 def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
@@ -179,7 +215,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     passes and the guess matches, the rest of the chunk is the next round's draft; otherwise
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
+                         timeout_s=run.cfg.draft_timeout_s)
     branching, telemetry = _branch_policy(run, budget), run.telemetry
     draft = Draft()
     try:
@@ -191,7 +228,9 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             _prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
-            if not draft and budget.gamma == 0:  # the budget says drafting cannot pay
+            if branching is not None:  # the policy prices sequences with the learned alpha
+                branching.alpha = budget.alpha
+            if worker.failed or (not draft and budget.gamma == 0):  # no draft, or it cannot pay
                 ev = _plain_round(run, budget, start)
                 yield ev
                 if ev.done:
@@ -202,12 +241,12 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                                 branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
-            if ev.done or not verdict.bonus(len(draft)):
+            chunk = None if ev.done or not verdict.bonus(len(draft)) else job.result()
+            if chunk is None or worker.failed:
                 job.cancel()
                 telemetry.chunk_dropped(budget, start, vspan, len(draft), verdict, job)
                 draft = Draft()
             else:
-                chunk = job.result()
                 branch = chunk.proposal.branch_for(verdict.token)
                 telemetry.chunk_used(budget, start, vspan, len(draft), verdict, chunk,
                                      hit=branch is not None)
@@ -216,8 +255,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             if ev.done:
                 return
     finally:
-        worker.close()
-        telemetry.settle_dropped()
+        _close_worker(run, worker)
 
 
 def _plain_round(run: Run, budget: DraftBudget, start: float) -> Event:

@@ -42,6 +42,7 @@ class GenerationStats:
     vocab: dict = field(default_factory=dict)
     stop_reason: str = ""
     plain_rounds: int = 0  # rounds without a draft because the budget said it cannot pay
+    warnings: list[str] = field(default_factory=list)  # e.g. the draft failed: target alone
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from core.branching import FirstTokenOdds
+from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
 from core.align import IdentityVocab
@@ -69,7 +69,8 @@ class Pair:
         self.drafter.vocab = self._vocab()
         self.load_s = time.perf_counter() - t0
         self.profile = None
-        self.odds = FirstTokenOdds()  # learned across this pair's generations
+        self.learned = Learned()  # budget, first-token odds, draft health: across generations
+        self.odds = self.learned.odds
         self._remeasured: set[tuple[int, int]] = set()
         self._placement: Placement | None = None
         self._thread_times: dict[int, float] = {}  # draft threads -> s/token
@@ -147,7 +148,7 @@ class Pair:
             self.apply_threads("vanilla")
         drafter = None if cfg.method == "vanilla" else self.drafter
         for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile, stop,
-                           self.odds):
+                           learned=self.learned):
             if ev.stats is not None:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
