@@ -11,7 +11,6 @@ from typing import Callable, Iterator
 from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
-from core.align import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
@@ -77,10 +76,9 @@ class Pair:
         self._progress = say
 
     def _vocab(self):
-        """Same tokenizer: ids pass through. Different: the load-time analysis (cached on
-        disk) and a translating vocabulary; PairError when the two cannot work together."""
-        if self.spec.same_tokenizer:
-            return IdentityVocab(self.drafter.n_vocab, self.target.vocab_size)
+        """The load-time analysis (cached on disk) decides, byte by byte: identical
+        vocabularies pass ids through, others get a translating vocabulary (the catalog's
+        `same_tokenizer` is only a hint); PairError when the two cannot work together."""
         from models.vocab_build import build_vocab
 
         try:
