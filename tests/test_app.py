@@ -236,6 +236,35 @@ def test_host_loads_switches_and_reports_errors():
     assert first.closed
 
 
+def test_host_frees_the_old_pair_before_loading_and_reloads_it_on_failure():
+    from app.host import ModelHost
+
+    live, loads = [], []
+
+    def factory(name, say):
+        loads.append(name)
+        if any(not p.closed for p in live):
+            raise AssertionError("two pairs loaded at once")
+        if name == "gemma-smol":
+            raise PairError("does not fit")
+        live.append(FakePair(name))
+        return live[-1]
+
+    host = ModelHost(factory)
+    list(host.prepare("smol-self"))
+    first = host.pair
+    list(host.prepare("llama2-7b-68m"))  # a switch: the first pair is closed before
+    assert first.closed and host.name == "llama2-7b-68m"
+    with pytest.raises(PairError, match="does not fit"):
+        list(host.prepare("gemma-smol"))
+    assert loads == ["smol-self", "llama2-7b-68m", "gemma-smol", "llama2-7b-68m"]
+    assert host.name == "llama2-7b-68m" and host.state == "ready" and not host.pair.closed
+    assert any("loading 'llama2-7b-68m' again" in line for line in host.log)
+    with host.running("llama2-7b-68m") as pair:
+        assert pair is host.pair
+    host.close()
+
+
 def test_host_load_waits_for_running_generation():
     from app.host import ModelHost
 

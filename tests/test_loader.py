@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import models.profiler as profiler
 from core.budget import Profile
+from core.engine import GenConfig
 
 
 def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
@@ -39,3 +40,21 @@ def test_pair_computes_its_placement_once(smol_pair):
     assert smol_pair.placement() is first
     assert smol_pair.apply_threads("duo") == first.threads("duo")
     assert smol_pair.drafter.n_threads == first.draft_threads
+
+
+def test_close_frees_the_draft_and_the_target():
+    """Nothing keeps the target's weights or cache alive after close (a pair switch frees
+    the old pair before loading the new one), and the draft's llama.cpp context is gone."""
+    import gc
+    import weakref
+
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
+    list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo", max_new_tokens=4)))
+    weights, cache = weakref.ref(pair.target.model), weakref.ref(pair.target.cache)
+    pair.close()
+    gc.collect()
+    assert weights() is None and cache() is None
+    assert pair.drafter.batch is None and pair.drafter.ctx.ctx is None
+    assert pair.drafter.model.model is None
