@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 
-from core.backends import Draft, Drafter, Target
+from core.backends import Draft, Drafter, Target, TargetOutOfMemory
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.learned import Learned
@@ -140,20 +140,32 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
                                 overlap=cfg.method == "duo", fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
         loop = loop if _draft_ready(run, drafter) else _vanilla
-    last = Event()
-    with closing(loop(run, drafter, budget)) as events:  # closing joins the draft worker
-        for ev in events:
-            if ev.done:
-                last = ev
-                break
-            yield ev
-            if stop is not None and stop():
-                last = run.out.stop()
-                break
+    try:
+        last = yield from _events(run, loop(run, drafter, budget), stop)
+    except Exception as e:
+        if not TargetOutOfMemory.caused(e):
+            raise
+        target.rollback(0)
+        raise TargetOutOfMemory(
+            f"the target ran out of memory after {len(run.out.ids)} new tokens "
+            f"({len(run.ctx)} in context): try a shorter prompt or fewer new tokens, or load "
+            "the pair with a smaller target precision (--target-quant int8 or int4)") from e
     if budget is not None:
         learned.keep(cfg.method, budget)
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
+
+
+def _events(run: Run, loop: Iterator[Event], stop: Callable[[], bool] | None):
+    """Yield the loop's events until one is done or `stop()` turns true; returns the last."""
+    with closing(loop) as events:  # closing joins the draft worker
+        for ev in events:
+            if ev.done:
+                return ev
+            yield ev
+            if stop is not None and stop():
+                return run.out.stop()
+    return Event()
 
 
 def _draft_ready(run: Run, drafter: Drafter) -> bool:

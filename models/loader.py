@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
+from core.backends import TargetOutOfMemory
 from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
@@ -145,8 +146,15 @@ class Pair:
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
         drafter = None if cfg.method == "vanilla" else self.drafter
-        for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile, stop,
-                           learned=self.learned):
+        try:
+            yield from self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
+                                             profile, stop, learned=self.learned), cfg)
+        except TargetOutOfMemory:
+            _empty_cuda_cache(self.target.device)  # the next generation starts with room
+            raise
+
+    def _events(self, events: Iterator[Event], cfg: GenConfig) -> Iterator[Event]:
+        for ev in events:
             if ev.stats is not None:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
@@ -174,6 +182,16 @@ class Pair:
     def close(self) -> None:
         self.drafter.close()
         self.target.close()
+
+
+def _empty_cuda_cache(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def _check_device(device: str) -> str:

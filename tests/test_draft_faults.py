@@ -131,3 +131,33 @@ def test_the_next_generation_starts_from_what_the_budget_learned():
     assert budget.alpha == pytest.approx(second.stats["gamma_profile"]["alpha"], abs=1e-3)
     assert budget.verify_scale == pytest.approx(second.stats["gamma_profile"]["verify_scale"],
                                                 abs=1e-3)
+
+
+# -- the target runs out of memory ---------------------------------------------------------
+class OutOfMemoryError(RuntimeError):
+    """Named like torch's (core recognises it by name)."""
+
+
+class OomTarget(FakeTarget):
+    def __init__(self, fail_at: int):
+        super().__init__(chain())
+        self.fail_at = fail_at
+
+    def score(self, tokens, n_rows, sampling):
+        if self.forwards + 1 == self.fail_at:
+            self.cache.extend(tokens)  # a forward that died half-way leaves its cache grown
+            self.forwards += 1
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().score(tokens, n_rows, sampling)
+
+
+@pytest.mark.parametrize("method,sequential", MODES + [("vanilla", False)])
+def test_target_out_of_memory_is_clear_and_leaves_the_pair_usable(method, sequential):
+    from core.backends import TargetOutOfMemory
+
+    target = OomTarget(fail_at=3)
+    drafter = None if method == "vanilla" else FakeDrafter(chain())
+    with pytest.raises(TargetOutOfMemory, match="the target ran out of memory") as e:
+        run(method, drafter, target=target, gamma=3, sequential=sequential)
+    assert isinstance(e.value, RuntimeError) and target.n_cached == 0
+    assert run(method, drafter, target=target, gamma=3, sequential=sequential)[0] == VANILLA
