@@ -38,7 +38,7 @@ class GenConfig:
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
-    draft_timeout_s: float | None = 10.0  # a draft job with no answer by then: target alone
+    draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
 
     def validate(self) -> None:
         if self.method not in METHODS:

@@ -20,6 +20,7 @@ from core.sampling import PositionRng, SamplingConfig
 
 DRAFT_STREAM = 1  # the verifier uses stream 0
 GIL_SWITCH_S = 0.0005
+CATCH_UP_S = 0.01  # the timeout grows by this per context token: a long prompt's prefill
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,17 @@ class Drafted(NamedTuple):
 
 
 class DraftJob:
-    def __init__(self, future: Future, stop: threading.Event, worker: "DraftWorker"):
+    def __init__(self, future: Future, stop: threading.Event, worker: "DraftWorker",
+                 timeout_s: float | None = None):
         self._future, self._stop, self._worker = future, stop, worker
+        self._timeout_s = timeout_s
         self._drafted: Drafted | None = None
 
     def result(self) -> Drafted:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
         time (the worker then says why in its `warnings` and drafts no more)."""
         if self._drafted is None:
-            self._drafted = self._worker.collect(self._future, self._stop)
+            self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
         return self._drafted
 
     def cancel(self) -> None:
@@ -69,9 +72,10 @@ class DraftJob:
 
 
 class DraftWorker:
-    """Runs the drafter on its own thread. A drafter that raises or gives no answer within
-    `timeout_s` is a failure: it is recorded in `warnings`, `failed` turns true and later
-    jobs draft nothing, so the engine goes on with the target alone."""
+    """Runs the drafter on its own thread. A drafter that raises, or gives no answer within
+    `timeout_s` (plus CATCH_UP_S per context token), is a failure: it is recorded in
+    `warnings`, `failed` turns true and later jobs draft nothing, so the engine goes on with
+    the target alone."""
 
     def __init__(self, drafter: Drafter, sampling: SamplingConfig, seed: int,
                  sequential: bool = False, timeout_s: float | None = None):
@@ -100,7 +104,8 @@ class DraftWorker:
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
         fut = self._pool.submit(self._run, list(context), n, stop, branching)
-        job = DraftJob(fut, stop, self)
+        timeout = None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
+        job = DraftJob(fut, stop, self, timeout)
         if self.sequential:
             job.result()
         return job
@@ -116,14 +121,15 @@ class DraftWorker:
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
-    def collect(self, future: Future, stop: threading.Event) -> Drafted:
+    def collect(self, future: Future, stop: threading.Event,
+                timeout_s: float | None) -> Drafted:
         """Wait for a job, at most timeout_s."""
         try:
-            return future.result(timeout=self.timeout_s)
+            return future.result(timeout=timeout_s)
         except FutureTimeout:
             stop.set()
             self._hung = future
-            self._fail(f"the draft gave no answer within {self.timeout_s:g} s; the target "
+            self._fail(f"the draft gave no answer within {timeout_s:.3g} s; the target "
                        "went on alone")
             return Drafted.nothing()
 

@@ -100,7 +100,7 @@ def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, seq
     t0 = time.perf_counter()
     got, last = run(method, drafter, learned, **kw)
     assert got == VANILLA and time.perf_counter() - t0 < 5
-    assert any("no answer within 0.3 s" in w for w in last.stats["warnings"])
+    assert any("no answer within 0.3" in w for w in last.stats["warnings"])
     got, last = run(method, drafter, learned, **kw)  # still hung: the target alone
     assert got == VANILLA and any("still busy" in w for w in last.stats["warnings"])
     drafter.release.set()
