@@ -41,7 +41,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
-                        "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster)")
+                        "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster; only float32 "
+                        "on the CPU keeps greedy output token-identical)")
     p.add_argument("--target-compile", default=os.environ.get("DUO_TARGET_COMPILE", "auto"),
                    help="auto, on, off: the static-cache target compiled with torch.compile "
                         "(auto: on for cuda; on the CPU, whichever measured faster here; "

@@ -68,24 +68,46 @@ class ModelHost:
         return True
 
     def _load(self, name: str) -> None:
+        """Free the loaded pair first (two pairs may not fit), then load `name`; when that
+        fails, load the freed pair again so the app keeps working."""
         t0 = time.perf_counter()
         try:
             get_pair(name)  # unknown name: fail before waiting for the model
             with self._run:
-                pair = self.factory(name, self._say)
-                old, self.pair, self.name = self.pair, pair, name
-            if old is not None:
-                old.close()
+                old = self._free()
+                try:
+                    self.pair, self.name = self.factory(name, self._say), name
+                except Exception:
+                    if old is not None:
+                        self._reload(old, name)
+                    raise
             self.load_s = time.perf_counter() - t0
             self._say(f"ready in {self.load_s:.1f} s")
             self.errors.pop(name, None)
-        except Exception as e:  # shown to the user; the previous pair stays usable
+        except Exception as e:  # shown to the user; the previous pair is loaded again
             self.errors[name] = str(e) or type(e).__name__
             self._say(f"cannot use pair '{name}': {self.errors[name]}")
         finally:
             with self._guard:
                 self.loading = None
                 self.state = "ready" if self.pair is not None else "error"
+
+    def _free(self) -> str | None:
+        """Close the loaded pair (caller holds _run); returns its name."""
+        old, self.name = self.name, None
+        if self.pair is not None:
+            self._say(f"freeing pair '{old}'")
+            pair, self.pair = self.pair, None
+            pair.close()
+        return old
+
+    def _reload(self, old: str, failed: str) -> None:
+        self._say(f"pair '{failed}' failed to load: loading '{old}' again")
+        try:
+            self.pair, self.name = self.factory(old, self._say), old
+            self._say(f"'{old}' is loaded again")
+        except Exception as e:  # noqa: BLE001 - both failed: the state says error
+            self._say(f"cannot load '{old}' again either: {e}")
 
     def _say(self, line: str) -> None:
         self.log.append(line)

@@ -130,9 +130,11 @@ class MappedVocab:
                  target_size: int | None = None, cache_size: int = 4096):
         self.map = vmap
         self.draft_size = len(vmap.draft)
-        self.target_size = max(target_size or 0, len(vmap.target))
+        # the target's logit width: q rows must match p rows; tokenizer ids past it (added
+        # tokens with no embedding row) are never proposed
+        self.target_size = target_size or len(vmap.target)
         self.draft_tok, self.target_tok = draft_tokenize, target_tokenize
-        self.sample_mask = _injective(vmap.d2t)
+        self.sample_mask = _injective(np.where(vmap.d2t < self.target_size, vmap.d2t, -1))
         self.greedy_mask = np.array([vmap.draft.text_id(i) or i in vmap.control_d2t
                                      for i in range(self.draft_size)], dtype=bool)
         rep = vmap.report()
@@ -280,7 +282,7 @@ class MappedVocab:
         t = int(self.map.d2t[d])
         if t < 0 and self.map.draft.pieces[d]:
             t = self.map.target.byte_id.get(self.map.draft.pieces[d][0], -1)
-        return [t] if t >= 0 else []
+        return [t] if 0 <= t < self.target_size else []
 
     def _retokenize(self, draft_ids: list[int]) -> tuple[list[int], list[int]]:
         """Greedy: the proposal's text re-tokenized by the target. Returns the target ids and,
@@ -294,7 +296,7 @@ class MappedVocab:
             self._flush(run, n, out, used, final=False)
             run = []
             t = self.map.control_d2t.get(d)
-            if t is None:
+            if t is None or t >= self.target_size:
                 return _capped(out, used, len(draft_ids))
             out.append(t)
             used.append(n + 1)
@@ -327,12 +329,12 @@ class MappedVocab:
                 continue
             if k % 2 == 0:
                 for t in self.target_tok(part):
-                    if not target.text_id(t):  # <unk> or a special: stop there
+                    if t >= self.target_size or not target.text_id(t):  # <unk>, special: stop
                         return out
                     out.append((t, len(target.pieces[t])))
                 continue
             for b in _unescape(part):
-                if b not in target.byte_id:
+                if target.byte_id.get(b, self.target_size) >= self.target_size:
                     return out
                 out.append((target.byte_id[b], 1))
         return out

@@ -68,6 +68,15 @@ class Scores:
         return cls(p_target=logits_to_probs(logits, sampling))
 
 
+class TargetOutOfMemory(RuntimeError):
+    """The target's device ran out of memory during a generation (torch's OutOfMemoryError,
+    recognised by name: core imports no torch); its cache is rolled back, the pair usable."""
+
+    @staticmethod
+    def caused(e: BaseException) -> bool:
+        return any(t.__name__ == "OutOfMemoryError" for t in type(e).__mro__)
+
+
 class Branching(Protocol):
     """The multi-sequence policy a drafter consults mid-draft (core/branching.BranchPolicy)."""
 

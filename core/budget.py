@@ -129,6 +129,23 @@ class DraftBudget:
             self.gamma = self._choose()
         return self.gamma
 
+    # -- carried across generations (core/learned.py) --------------------------------------
+    def state(self) -> dict:
+        """What this budget learned: acceptance, and timing scales for its profile."""
+        return {"alpha": self.alpha, "draft_scale": self.draft_scale,
+                "verify_scale": self.verify_scale, "profile": self.profile}
+
+    def restore(self, state: dict | None) -> None:
+        """Start from an earlier generation's state; its timing scales only when they were
+        measured against the same profile."""
+        if not state:
+            return
+        self.alpha = state["alpha"]
+        if state["profile"] == self.profile:
+            self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
+        if not self.fixed:
+            self.gamma = self._choose()
+
     def explain(self) -> dict:
         return {"gamma": self.gamma, "fixed": bool(self.fixed), "reason": self.reason or
                 f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),

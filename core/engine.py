@@ -10,12 +10,13 @@ from typing import Callable, Iterator
 
 
 from core.align import common_prefix
-from core.backends import Draft, Drafter, Target
+from core.backends import Draft, Drafter, Target, TargetOutOfMemory
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
+from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.sampling import PositionRng, SamplingConfig
+from core.sampling import PositionRng, SamplingConfig, check_finite
 from core.scheduler import Drafted, DraftWorker
 from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
@@ -39,10 +40,14 @@ class GenConfig:
     static_k: int | None = None  # always k sequences (comparison)
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
     cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
+    draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
 
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
+        check_finite("--theta-scale", self.theta_scale)
+        if self.draft_timeout_s is not None and not self.draft_timeout_s > 0:
+            raise ValueError(f"draft_timeout_s must be > 0 or None, got {self.draft_timeout_s}")
         if self.max_new_tokens <= 0:
             raise ValueError(f"--max-new-tokens must be > 0, got {self.max_new_tokens}")
         if self.gamma is not None and not 1 <= self.gamma <= 64:
@@ -120,33 +125,37 @@ class Run:
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
-             odds: FirstTokenOdds | None = None) -> Iterator[Event]:
+             odds: FirstTokenOdds | None = None,
+             learned: Learned | None = None) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
-    'stopped'), still with the stats. `odds`: first-token odds learned by earlier
-    generations of this pair (multi-sequence drafting), updated in place."""
+    'stopped'), still with the stats. `learned`: what earlier generations of this pair
+    learned (budget, first-token odds, draft health), updated in place; `odds` alone: the
+    first-token odds only. The target keeps what it holds of the prompt (cfg.cache_prompt)."""
+    learned = learned if learned is not None else Learned(odds or FirstTokenOdds())
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
-    run = Run(target, prompt, cfg, decode, odds)
-    if drafter is not None and not cfg.cache_prompt:
-        drafter.rollback(0)
+    run = Run(target, prompt, cfg, decode, learned.odds)
+    run.learned = learned
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
     budget = None
     if cfg.method != "vanilla":
-        budget = DraftBudget(profile or _flat_profile(), overlap=cfg.method == "duo",
-                             fixed=cfg.gamma)
+        budget = learned.budget(cfg.method, profile or _flat_profile(),
+                                overlap=cfg.method == "duo", fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
-    last = Event()
-    with closing(loop(run, drafter, budget)) as events:  # closing joins the draft worker
-        for ev in events:
-            if ev.done:
-                last = ev
-                break
-            yield ev
-            if stop is not None and stop():
-                last = run.out.stop()
-                break
+        loop = loop if _draft_ready(run, drafter) else _vanilla
+    try:
+        last = yield from _events(run, loop(run, drafter, budget), stop)
+    except Exception as e:
+        if not TargetOutOfMemory.caused(e):
+            raise
+        target.rollback(0)
+        raise TargetOutOfMemory(
+            f"the target ran out of memory after {len(run.out.ids)} new tokens "
+            f"({len(run.ctx)} in context): try a shorter prompt or fewer new tokens, or load "
+            "the pair with a smaller target precision (--target-quant int8 or int4)") from e
     if budget is not None:
+        learned.keep(cfg.method, budget)
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
 
@@ -155,6 +164,40 @@ def cached_prefix(target: Target, prompt: list[int]) -> int:
     """Prompt tokens whose KV the target already holds (a chat's next turn starts with the
     last one); the last prompt token is always computed again, for its logits."""
     return max(0, min(common_prefix(target.cached_ids, prompt), len(prompt) - 1))
+
+
+def _events(run: Run, loop: Iterator[Event], stop: Callable[[], bool] | None):
+    """Yield the loop's events until one is done or `stop()` turns true; returns the last."""
+    with closing(loop) as events:  # closing joins the draft worker
+        for ev in events:
+            if ev.done:
+                return ev
+            yield ev
+            if stop is not None and stop():
+                return run.out.stop()
+    return Event()
+
+
+def _draft_ready(run: Run, drafter: Drafter) -> bool:
+    """After a draft failure: a fresh draft state, or the target alone while it still hangs."""
+    learned = run.learned
+    if not learned.draft_free():
+        run.telemetry.warn("the draft is still busy after an earlier failure; the target ran "
+                           "alone")
+        return False
+    if learned.reset_draft or not run.cfg.cache_prompt:  # cold: the draft forgets too
+        drafter.rollback(0)
+        learned.reset_draft = False
+    return True
+
+
+def _close_worker(run: Run, worker: DraftWorker) -> None:
+    """End the draft thread; its failures become warnings and mark the draft for a reset."""
+    run.learned.busy_draft = worker.close()
+    run.learned.reset_draft |= worker.failed
+    for message in worker.warnings:
+        run.telemetry.warn(message)
+    run.telemetry.settle_dropped()
 
 
 def _flat_profile() -> Profile:
@@ -171,17 +214,21 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
 
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True)
-    if run.cfg.prefill_threads:
-        _prefill_draft(run, drafter, worker)
-    while True:
-        start = time.perf_counter()
-        gamma = run.draft_room(budget.gamma)
-        chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
-        draft = chunk.proposal.main
-        verdict, vspan = run.verify(draft)
-        run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
-        yield run.commit(draft, verdict)
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
+                         timeout_s=run.cfg.draft_timeout_s)
+    try:
+        if run.cfg.prefill_threads:
+            _prefill_draft(run, drafter, worker)
+        while True:
+            start = time.perf_counter()
+            gamma = 0 if worker.failed else run.draft_room(budget.gamma)
+            chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
+            draft = chunk.proposal.main
+            verdict, vspan = run.verify(draft)
+            run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
+            yield run.commit(draft, verdict)
+    finally:
+        _close_worker(run, worker)
 
 
 def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
@@ -190,7 +237,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     passes and the guess matches, the rest of the chunk is the next round's draft; otherwise
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential)
+    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
+                         timeout_s=run.cfg.draft_timeout_s)
     branching, telemetry = _branch_policy(run, budget), run.telemetry
     draft = Draft()
     try:
@@ -202,7 +250,9 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             _prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
-            if not draft and budget.gamma == 0:  # the budget says drafting cannot pay
+            if branching is not None:  # the policy prices sequences with the learned alpha
+                branching.alpha = budget.alpha
+            if worker.failed or (not draft and budget.gamma == 0):  # no draft, or it cannot pay
                 ev = _plain_round(run, budget, start)
                 yield ev
                 if ev.done:
@@ -213,12 +263,12 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                                 branching=branching)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
-            if ev.done or not verdict.bonus(len(draft)):
+            chunk = None if ev.done or not verdict.bonus(len(draft)) else job.result()
+            if chunk is None or worker.failed:
                 job.cancel()
                 telemetry.chunk_dropped(budget, start, vspan, len(draft), verdict, job)
                 draft = Draft()
             else:
-                chunk = job.result()
                 branch = chunk.proposal.branch_for(verdict.token)
                 telemetry.chunk_used(budget, start, vspan, len(draft), verdict, chunk,
                                      hit=branch is not None)
@@ -227,8 +277,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             if ev.done:
                 return
     finally:
-        worker.close()
-        telemetry.settle_dropped()
+        _close_worker(run, worker)
 
 
 def _plain_round(run: Run, budget: DraftBudget, start: float) -> Event:

@@ -44,6 +44,7 @@ class GenerationStats:
     plain_rounds: int = 0  # rounds without a draft because the budget said it cannot pay
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV the target kept from the last generation
+    warnings: list[str] = field(default_factory=list)  # e.g. the draft failed: target alone
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1

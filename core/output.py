@@ -1,4 +1,7 @@
-"""Output: the verified tokens so far, streaming text deltas, and the stop rules."""
+"""Output: the verified tokens so far, streaming text deltas, and the stop rules. A stop string
+cuts the text and the ids alike: the ids kept are the fewest that spell the kept text, so every
+method reports the same ids and counts (with stop strings, ids wait in events until their text
+is released)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,6 +25,8 @@ class Output:
         self.max_new_tokens, self.stop_strings = max_new_tokens, tuple(s for s in stop_strings if s)
         self.limit_reason = "max_new_tokens"  # or "context_window" when the window is nearer
         self.ids: list[int] = []
+        self.sources: list[str] = []
+        self.sent = 0  # ids handed out in events so far
         self.text = ""  # text released so far
         self.done = False
         self.reason = ""
@@ -40,18 +45,36 @@ class Output:
                 self._finish("eos")
                 break
             self.ids.append(tok)
-            ev.tokens.append(tok)
-            ev.sources.append(src)
+            self.sources.append(src)
             if self.remaining <= 0:
                 self._finish(self.limit_reason)
         ev.text = self._release()
+        self._hand_out(ev)
         ev.done = self.done
         return ev
 
     def stop(self) -> Event:
         """The caller stopped early: release any text held back, as a last event."""
         self._finish("stopped")
-        return Event(text=self._release(), done=True)
+        ev = Event(text=self._release(), done=True)
+        self._hand_out(ev)
+        return ev
+
+    def _hand_out(self, ev: Event) -> None:
+        """Put the ids whose text is out (all of them once done) in the event."""
+        n = len(self.ids)
+        if self.stop_strings and not self.done:
+            while n > self.sent and len(self.decode(self.ids[:n])) > len(self.text):
+                n -= 1
+        ev.tokens, ev.sources = self.ids[self.sent:n], self.sources[self.sent:n]
+        self.sent = n
+
+    def _cut_ids(self, cut: int) -> None:
+        """Keep the fewest ids whose text reaches `cut` (the stop string's start)."""
+        k = self.sent
+        while k < len(self.ids) and len(self.decode(self.ids[:k])) < cut:
+            k += 1
+        del self.ids[k:], self.sources[k:]
 
     def _finish(self, reason: str) -> None:
         self.done, self.reason = True, reason
@@ -61,6 +84,7 @@ class Output:
         cut = self._stop_cut(full)
         if cut is not None:
             full = full[:cut]
+            self._cut_ids(cut)
             self._finish("stop_string")
         elif not self.done:
             full = full.rstrip("\ufffd")  # wait for the rest of a split UTF-8 character

@@ -1,6 +1,7 @@
 """The one sampling transform (temperature, top-k, top-p) shared by draft and target."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,12 +18,25 @@ class SamplingConfig:
         return self.temperature == 0.0
 
     def validate(self) -> None:
+        for name, value in (("temperature", self.temperature), ("top-p", self.top_p),
+                            ("top-k", self.top_k)):
+            check_finite(name, value)
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+
+
+def check_finite(name: str, value) -> None:
+    """A setting must be a real number: nan or inf would sample nonsense without failing."""
+    try:
+        ok = math.isfinite(value)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
 
 
 def logits_to_probs(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
@@ -76,8 +90,10 @@ def pick(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator) -> i
 
 class PositionRng:
     """Random streams keyed by absolute token position: the draws that decide position i do
-    not depend on how rounds were cut, so a seed reproduces the output whatever the timing.
-    `stream` separates the verifier's draws from the draft's."""
+    not depend on how rounds were cut. So a seed reproduces the output whatever the timing
+    only when the target's probabilities do not depend on the chunk shape either (float32 on
+    the CPU); a 16-bit target (or cuda) rounds each chunk shape differently, and chunk shapes
+    follow the timing. `stream` separates the verifier's draws from the draft's."""
 
     def __init__(self, seed: int, stream: int):
         self.seed, self.stream = seed, stream

@@ -1,8 +1,9 @@
 """All of the engine's concurrency: a draft worker thread that drafts while the target verifies,
 and what each job hands back (`Drafted`: the proposal and the worker's `DraftTiming`).
 
-llama.cpp and torch both release the GIL, so a thread is enough. `sequential=True` runs each
-job inline when it is submitted, giving the same algorithm without overlap (tests, comparison).
+llama.cpp and torch both release the GIL, so a thread is enough. `sequential=True` waits for
+each job when it is submitted, giving the same algorithm without overlap (tests, comparison).
+A draft that raises or hangs is caught here; the engine then goes on with the target alone.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,6 +20,7 @@ from core.sampling import PositionRng, SamplingConfig
 
 DRAFT_STREAM = 1  # the verifier uses stream 0
 GIL_SWITCH_S = 0.0005
+CATCH_UP_S = 0.01  # the timeout grows by this per context token: a long prompt's prefill
 
 
 @dataclass(frozen=True)
@@ -40,49 +43,103 @@ class Drafted(NamedTuple):
 
 
 class DraftJob:
-    def __init__(self, future: Future, stop: threading.Event):
-        self._future, self._stop = future, stop
+    def __init__(self, future: Future, stop: threading.Event, worker: "DraftWorker",
+                 timeout_s: float | None = None):
+        self._future, self._stop, self._worker = future, stop, worker
+        self._timeout_s = timeout_s
+        self._drafted: Drafted | None = None
 
     def result(self) -> Drafted:
-        return self._future.result()
+        """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
+        time (the worker then says why in its `warnings` and drafts no more)."""
+        if self._drafted is None:
+            self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
+        return self._drafted
 
     def cancel(self) -> None:
         """The chunk is not wanted: stop after the current token."""
         self._stop.set()
 
+    def done(self) -> bool:
+        return self._future.done()
+
+    def finished(self) -> Drafted | None:
+        """Without waiting: what the job drafted if it has ended well, else None."""
+        if not self._future.done() or self._future.cancelled():
+            return None
+        drafted = self._future.result()  # _run never raises: a failure is Drafted.nothing()
+        return drafted if drafted.timing.span != (0.0, 0.0) else None
+
 
 class DraftWorker:
+    """Runs the drafter on its own thread. A drafter that raises, or gives no answer within
+    `timeout_s` (plus CATCH_UP_S per context token), is a failure: it is recorded in
+    `warnings`, `failed` turns true and later jobs draft nothing, so the engine goes on with
+    the target alone."""
+
     def __init__(self, drafter: Drafter, sampling: SamplingConfig, seed: int,
-                 sequential: bool = False):
+                 sequential: bool = False, timeout_s: float | None = None):
         self.drafter, self.sampling = drafter, sampling
         self.rng_at = PositionRng(seed, DRAFT_STREAM)
-        self._pool = None if sequential else ThreadPoolExecutor(1, thread_name_prefix="draft")
+        self.sequential, self.timeout_s = sequential, timeout_s
+        self.warnings: list[str] = []
+        self._hung: Future | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="draft")
         # Both threads spend most time in C code that drops the GIL; with Python's default
         # 5 ms switch interval a thread coming back from C can wait that long for the GIL.
         self._switch = sys.getswitchinterval()
-        if self._pool is not None:
-            sys.setswitchinterval(GIL_SWITCH_S)
+        sys.setswitchinterval(GIL_SWITCH_S)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.warnings)
 
     def submit(self, context: list[int], n: int,
                branching: Branching | None = None) -> DraftJob:
-        """Draft up to n tokens after `context` (copied now; the caller may change its list)."""
+        """Draft up to n tokens after `context` (copied now; the caller may change its list).
+        `sequential`: wait for the answer here (the same rounds without overlap)."""
         stop = threading.Event()
-        args = (list(context), n, stop, branching)
-        if self._pool is None:
+        if self.failed:
             fut: Future = Future()
-            fut.set_result(self._run(*args))
-        else:
-            fut = self._pool.submit(self._run, *args)
-        return DraftJob(fut, stop)
+            fut.set_result(Drafted.nothing())
+            return DraftJob(fut, stop, self)
+        fut = self._pool.submit(self._run, list(context), n, stop, branching)
+        timeout = None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
+        job = DraftJob(fut, stop, self, timeout)
+        if self.sequential:
+            job.result()
+        return job
 
     def _run(self, context, n, stop, branching) -> Drafted:
         t0 = time.perf_counter()
-        proposal = self.drafter.propose(context, n, self.sampling, self.rng_at, stop,
-                                        branching=branching)
+        try:
+            proposal = self.drafter.propose(context, n, self.sampling, self.rng_at, stop,
+                                            branching=branching)
+        except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone
+            self._fail(f"the draft failed ({type(e).__name__}: {e}); the target went on alone")
+            return Drafted.nothing()
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            sys.setswitchinterval(self._switch)
+    def collect(self, future: Future, stop: threading.Event,
+                timeout_s: float | None) -> Drafted:
+        """Wait for a job, at most timeout_s."""
+        try:
+            return future.result(timeout=timeout_s)
+        except FutureTimeout:
+            stop.set()
+            self._hung = future
+            self._fail(f"the draft gave no answer within {timeout_s:.3g} s; the target "
+                       "went on alone")
+            return Drafted.nothing()
+
+    def _fail(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def close(self) -> Future | None:
+        """End the thread; returns the job still running when the draft hung (None else):
+        the drafter may not be used until it is done."""
+        hung = self._hung if self._hung is not None and not self._hung.done() else None
+        self._pool.shutdown(wait=hung is None, cancel_futures=True)
+        sys.setswitchinterval(self._switch)
+        return hung

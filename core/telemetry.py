@@ -78,11 +78,19 @@ class Telemetry:
         self.round(span[0], span, (span[0], span[0]), 0, 0)
 
     def settle_dropped(self) -> None:
-        """Dropped chunks still took draft time: put their real spans in the timeline."""
+        """Dropped chunks still took draft time: put their real spans in the timeline (a job
+        that failed or still runs has none; never raises, so no error is masked)."""
         for rec, job in self._dropped:
-            _, timing = job.result()
-            self.stats.draft_busy_s += timing.busy_s
-            rec.draft_span = (timing.span[0] - self.t0, timing.span[1] - self.t0)
+            chunk = job.finished()
+            if chunk is None:
+                continue
+            self.stats.draft_busy_s += chunk.timing.busy_s
+            rec.draft_span = (chunk.timing.span[0] - self.t0, chunk.timing.span[1] - self.t0)
+        self._dropped.clear()
+
+    def warn(self, message: str) -> None:
+        if message not in self.stats.warnings:
+            self.stats.warnings.append(message)
 
     # -- the parts -------------------------------------------------------------------------
     def round(self, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:

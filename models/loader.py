@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from core.branching import FirstTokenOdds
+from core.backends import TargetOutOfMemory
+from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
-from core.align import IdentityVocab
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
@@ -74,17 +74,17 @@ class Pair:
         self.drafter.vocab = self._vocab()
         self.load_s = time.perf_counter() - t0
         self.profile = None
-        self.odds = FirstTokenOdds()  # learned across this pair's generations
+        self.learned = Learned()  # budget, first-token odds, draft health: across generations
+        self.odds = self.learned.odds
         self._remeasured: set[tuple[int, int]] = set()
         self._placement: Placement | None = None
         self._thread_times: dict[int, float] = {}  # draft threads -> s/token
         self._progress = say
 
     def _vocab(self):
-        """Same tokenizer: ids pass through. Different: the load-time analysis (cached on
-        disk) and a translating vocabulary; PairError when the two cannot work together."""
-        if self.spec.same_tokenizer:
-            return IdentityVocab(self.drafter.n_vocab, self.target.vocab_size)
+        """The load-time analysis (cached on disk) decides, byte by byte: identical
+        vocabularies pass ids through, others get a translating vocabulary (the catalog's
+        `same_tokenizer` is only a hint); PairError when the two cannot work together."""
         from models.vocab_build import build_vocab
 
         try:
@@ -158,12 +158,20 @@ class Pair:
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
         drafter = None if cfg.method == "vanilla" else self.drafter
-        for ev in generate(self.target, drafter, prompt_ids, cfg, self.decode, profile, stop,
-                           self.odds):
+        try:
+            yield from self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
+                                             profile, stop, learned=self.learned), cfg)
+        except TargetOutOfMemory:
+            _empty_cuda_cache(self.target.device)  # the next generation starts with room
+            raise
+
+    def _events(self, events: Iterator[Event], cfg: GenConfig) -> Iterator[Event]:
+        for ev in events:
             if ev.stats is not None:
                 ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
+                ev.stats["target_device"] = self.target.device
                 ev.stats["target_path"] = self.target.path
                 ev.stats["target_quant"] = self.target.quant
                 ev.stats["draft_format"] = self.draft_format.to_dict()
@@ -188,6 +196,16 @@ def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
     another tokenizer (twice is ample; past its window the draft proposes nothing and the
     target goes on alone), plus room for one chunk."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
+
+
+def _empty_cuda_cache(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def _check_device(device: str) -> str:

@@ -116,7 +116,7 @@ class StaticTarget(TorchTarget):
         return super().set_threads(n)
 
     def close(self) -> None:
-        self._step = None
+        self._step, self._lengths = None, []
         super().close()
 
 

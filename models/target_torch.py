@@ -3,6 +3,7 @@
 prefix. models/target_static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import torch
@@ -113,6 +114,7 @@ class TorchTarget:
     def close(self) -> None:
         """Free the weights and the cache (a pair switch must not hold two targets)."""
         self.model = self.cache = None
+        gc.collect()  # a model's reference cycles would keep its weights until the next pass
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 

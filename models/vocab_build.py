@@ -210,10 +210,18 @@ def build_vocab(drafter, tokenizer, target_size: int, target_eos: set[int],
 
 
 def _identical(vmap: VocabMap) -> bool:
+    """Byte-exact: every id both sides have spells the same bytes and is a control token
+    with the same name on both or on neither; ids only one side has are padding (no bytes,
+    no control token), which the target never produces."""
     d, t = vmap.draft, vmap.target
-    n = len(d)
-    return n <= len(t) and d.pieces == t.pieces[:n] and all(t.pieces[i] == b"" for i in
-                                                             range(n, len(t)))
+    n = min(len(d), len(t))
+    if d.pieces[:n] != t.pieces[:n]:
+        return False
+    if {i: c for i, c in d.control.items() if i < n} != {i: c for i, c in t.control.items()
+                                                        if i < n}:
+        return False
+    longer = d if len(d) > n else t
+    return all(not longer.pieces[i] and i not in longer.control for i in range(n, len(longer)))
 
 
 # -- the disk cache ---------------------------------------------------------------------------

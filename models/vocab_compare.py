@@ -1,5 +1,6 @@
 """--add-pair's same-tokenizer check: the target's tokens (tokenizer.json, else transformers) compared
-id by id with the draft's (models/gguf_header.py). The load-time alignment is models/vocab_build.py."""
+id by id with the draft's (models/gguf_header.py), exactly. The load-time alignment is
+models/vocab_build.py, which decides identity again from the bytes."""
 from __future__ import annotations
 
 import json
@@ -28,14 +29,17 @@ def folder_vocab(folder: Path) -> list[str] | None:
 
 
 def compare_vocabs(target: list[str], draft: list[str]) -> tuple[bool, str]:
-    """Same tokenizer when the token strings agree id by id over (nearly) all real tokens;
-    padding entries ([PAD..], empty) at either end are ignored."""
+    """Same tokenizer only when every id both have is the same token, and the ids only one
+    has are padding ([PAD..], empty); no tolerance (the load-time check, models/vocab_build.py,
+    decides again byte by byte)."""
     real_t, real_d = _real(target), _real(draft)
     n = min(len(target), len(draft))
-    pairs = [(target[i], draft[i]) for i in range(n) if _is_real(target[i]) and _is_real(draft[i])]
-    differ = sum(1 for a, b in pairs if a != b)
-    same = bool(pairs) and differ <= len(pairs) // 1000 and len(pairs) >= 0.98 * max(real_t, real_d)
-    return same, f"target {real_t} tokens, draft {real_d}, {len(pairs)} compared, {differ} differ"
+    differ = sum(1 for i in range(n) if target[i] != draft[i]
+                 and (_is_real(target[i]) or _is_real(draft[i])))
+    extra = sum(1 for tok in target[n:] + draft[n:] if _is_real(tok))
+    same = n > 0 and differ == 0 and extra == 0 and real_t > 0
+    return same, (f"target {real_t} tokens, draft {real_d}, {n} compared, {differ} differ, "
+                  f"{extra} on one side only")
 
 
 def _is_real(tok: str) -> bool:

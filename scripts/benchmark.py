@@ -89,9 +89,9 @@ def run_one(pair, ids, cfg) -> dict:
     return stats
 
 
-def run_all(runs: dict, questions, raw: bool, log) -> dict[str, list]:
+def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]:
     """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
-    alike."""
+    alike. `save(results)` after each prompt: a run that dies part-way keeps what it measured."""
     for pair, cfg in runs.values():  # warm-up (and the one-time budget profile)
         run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
     results: dict[str, list] = {label: [] for label in runs}
@@ -102,6 +102,8 @@ def run_all(runs: dict, questions, raw: bool, log) -> dict[str, list]:
             results[label].append(s)
         log(f"[{i}/{len(questions)}] {q['category']}: " + ", ".join(
             f"{label} {results[label][-1]['tokens_per_s']:.1f}" for label in runs) + " tok/s")
+        if save is not None:
+            save(results)
     return results
 
 
@@ -111,15 +113,18 @@ def _short(cfg):
 
 
 def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
+    """Totals over prompts; a prompt with no new tokens counts (its time too), and has no
+    TTFT to take a median of."""
     tokens = sum(r["new_tokens"] for r in runs)
     wall = sum(r["wall_s"] for r in runs)
     drafted = sum(r["drafted"] for r in runs)
     rounds = sum(r["rounds"] for r in runs)
     out = {"prompts": len(runs), "new_tokens": tokens, "wall_s": wall,
-           "tokens_per_s": tokens / wall if wall else 0.0,
-           "ttft_s": statistics.median(r["ttft_s"] for r in runs),
-           "acceptance_rate": sum(r["accepted"] for r in runs) / drafted if drafted else 0.0,
-           "mean_accepted_per_round": sum(r["accepted"] for r in runs) / rounds if rounds else 0.0,
+           "empty_outputs": sum(r["new_tokens"] == 0 for r in runs),
+           "tokens_per_s": _ratio(tokens, wall),
+           "ttft_s": _ttft(runs),
+           "acceptance_rate": _ratio(sum(r["accepted"] for r in runs), drafted),
+           "mean_accepted_per_round": _ratio(sum(r["accepted"] for r in runs), rounds),
            "overlap_efficiency": _overlap(runs),
            "draft_busy_s": sum(r.get("draft_busy_s", 0.0) for r in runs),
            "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
@@ -127,13 +132,24 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
            "seq_hist": _merge(r.get("seq_hist", {}) for r in runs)}
     if base:
         b_tok, b_wall = sum(r["new_tokens"] for r in base), sum(r["wall_s"] for r in base)
-        out["speedup"] = out["tokens_per_s"] / (b_tok / b_wall) if b_wall else 0.0
-        out["speedup_median"] = statistics.median(
-            r["tokens_per_s"] / v["tokens_per_s"] for r, v in zip(runs, base) if v["tokens_per_s"])
-        out["ttft_ratio"] = out["ttft_s"] / statistics.median(r["ttft_s"] for r in base)
+        out["speedup"] = _ratio(out["tokens_per_s"], _ratio(b_tok, b_wall))
+        ratios = [r["tokens_per_s"] / v["tokens_per_s"] for r, v in zip(runs, base)
+                  if v["tokens_per_s"]]
+        out["speedup_median"] = statistics.median(ratios) if ratios else 0.0
+        out["ttft_ratio"] = _ratio(out["ttft_s"], _ttft(base))
         out["identical_to_vanilla"] = sum(r["token_ids"] == v["token_ids"]
                                           for r, v in zip(runs, base))
     return out
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def _ttft(runs: list[dict]) -> float:
+    """Median TTFT over the prompts that gave a token (0.0 when none did)."""
+    times = [r["ttft_s"] for r in runs if r["new_tokens"] > 0]
+    return statistics.median(times) if times else 0.0
 
 
 def _overlap(runs: list[dict]) -> float:
@@ -241,15 +257,27 @@ def main(argv=None) -> None:
         fail(str(e))
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     runs = {m: (pair, method_config(args, m)) for m in methods}
-    results = run_all(runs, questions, args.raw, log)
-    report = {"machine": machine(pair, methods), "methods": summarize(results),
-              "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                           "questions": args.questions, "prompts": len(questions)}}
-    (out / "results.json").write_text(json.dumps(report, indent=1))  # before the figure
+    head = {"machine": machine(pair, methods),
+            "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                         "questions": args.questions, "prompts": len(questions)}}
+    results = run_all(runs, questions, args.raw, log,
+                      save=lambda res: write_results(out, head, res, complete=False))
+    report = write_results(out, head, results, complete=True)  # before the figure
     print(markdown(report["methods"]), flush=True)
     if lengths:
         report["figure1"] = figure1(pair, lengths, out / "figure1.png")
         (out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def write_results(out: Path, head: dict, results: dict[str, list], complete: bool) -> dict:
+    """DIR/results.json with what was measured so far (`complete`: every prompt ran)."""
+    done = min((len(r) for r in results.values()), default=0)
+    report = dict(head, methods=summarize({m: r[:done] for m, r in results.items()}),
+                  complete=complete, prompts_done=done)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out / "results.json")
+    return report
 
 
 def parse_lengths(text: str) -> list[int]:

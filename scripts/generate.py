@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
                      gen_config, load_options, quiet_logs)
+from core.backends import TargetOutOfMemory  # noqa: E402
 from core.engine import METHODS  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 from models.prompt_text import check_prompt  # noqa: E402
@@ -66,7 +67,7 @@ def main(argv=None) -> None:
     quiet_logs()
     try:
         result = run(args)
-    except (PairError, ValueError, OSError) as e:
+    except (PairError, ValueError, OSError, TargetOutOfMemory) as e:
         fail(str(e))
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

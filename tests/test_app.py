@@ -180,10 +180,13 @@ def test_compare_greedy_texts_identical(app):
         assert f"| {method} |" in table
 
 
-@pytest.mark.parametrize("dtype,needle", [("float32", "should not happen"),
-                                          ("bfloat16", "expected now and then with a bfloat16")])
-def test_compare_note_on_parted_greedy_texts(dtype, needle):
-    stats = {"target_dtype": dtype}
+@pytest.mark.parametrize("dtype,device,needle", [
+    ("float32", "cpu", "should not happen"),
+    ("bfloat16", "cpu", "expected now and then with a bfloat16"),
+    ("float32", "cuda", "expected now and then with a float32 target on cuda"),
+    ("bfloat16", "cuda", "Only a float32 target on the CPU")])
+def test_compare_note_on_parted_greedy_texts(dtype, device, needle):
+    stats = {"target_dtype": dtype, "target_device": device}
     parted = {"vanilla": {"ids": [1, 2], "stats": stats}, "duo": {"ids": [1, 3], "stats": stats}}
     assert needle in identical_note(parted, greedy=True)
     same = {m: {"ids": [1, 2], "stats": stats} for m in ("vanilla", "duo")}
@@ -231,6 +234,35 @@ def test_host_loads_switches_and_reports_errors():
         assert pair is first
     host.close()
     assert first.closed
+
+
+def test_host_frees_the_old_pair_before_loading_and_reloads_it_on_failure():
+    from app.host import ModelHost
+
+    live, loads = [], []
+
+    def factory(name, say):
+        loads.append(name)
+        if any(not p.closed for p in live):
+            raise AssertionError("two pairs loaded at once")
+        if name == "gemma-smol":
+            raise PairError("does not fit")
+        live.append(FakePair(name))
+        return live[-1]
+
+    host = ModelHost(factory)
+    list(host.prepare("smol-self"))
+    first = host.pair
+    list(host.prepare("llama2-7b-68m"))  # a switch: the first pair is closed before
+    assert first.closed and host.name == "llama2-7b-68m"
+    with pytest.raises(PairError, match="does not fit"):
+        list(host.prepare("gemma-smol"))
+    assert loads == ["smol-self", "llama2-7b-68m", "gemma-smol", "llama2-7b-68m"]
+    assert host.name == "llama2-7b-68m" and host.state == "ready" and not host.pair.closed
+    assert any("loading 'llama2-7b-68m' again" in line for line in host.log)
+    with host.running("llama2-7b-68m") as pair:
+        assert pair is host.pair
+    host.close()
 
 
 def test_host_load_waits_for_running_generation():

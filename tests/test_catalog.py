@@ -306,6 +306,15 @@ def test_compare_vocabs():
     assert not vocab_compare.compare_vocabs(TOKENS, list(reversed(TOKENS)))[0]
 
 
+def test_compare_vocabs_has_no_tolerance():
+    """One differing id in 5000, or a few real tokens on one side only, is another tokenizer."""
+    many = [f"w{i}" for i in range(5000)]
+    assert vocab_compare.compare_vocabs(many, many)[0]
+    assert not vocab_compare.compare_vocabs(many, many[:2500] + ["x"] + many[2501:])[0]
+    assert not vocab_compare.compare_vocabs(many, many[:4950])[0]
+    assert not vocab_compare.compare_vocabs(many + ["w5000"], many)[0]
+
+
 # ---- memory ----------------------------------------------------------------------------------
 
 def test_parameter_counts():

@@ -231,3 +231,24 @@ def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
             assert 0 < len(got) <= N
             v = stats["vocab"]
             assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"]
+
+
+def test_q_rows_have_the_target_logit_width_when_the_tokenizer_is_longer():
+    """A tokenizer with an id past the target's logits (an added token with no embedding
+    row): q rows keep the logit width, so the residual p - q broadcasts; that id is never
+    proposed, in either mode."""
+    from core.verify import verify_sampled
+
+    target = VocabSide(TARGET_PIECES + [b"ba"], {0: "<eos>"}, {0})  # id 7: past the logits
+    draft = VocabSide(DRAFT_PIECES, DRAFT_CONTROL, {0, 8})
+    width = len(TARGET_PIECES)
+    v = MappedVocab(VocabMap(draft, target), LongestMatch(draft), LongestMatch(target), width)
+    assert v.target_size == width and not v.draft_mask(False)[5]  # draft "ba" -> target 7
+    q = np.where(v.draft_mask(False), 1.0, 0.0)[None, :]
+    q_target = v.q_to_target(q / q.sum())
+    p_target = np.full((2, width), 1.0 / width)
+    assert q_target.shape == (1, width)
+    verdict = verify_sampled([int(q_target[0].argmax())], q_target, p_target,
+                             lambda i: np.random.default_rng(i))
+    assert 0 <= verdict.token < width
+    assert all(t < width for t in v.to_target([5, 5, 1], greedy=True))

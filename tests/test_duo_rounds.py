@@ -88,6 +88,17 @@ def test_stop_string_ends_generation():
     assert "4 5" not in text and stats["stop_reason"] == "stop_string"
 
 
+@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+def test_stop_string_cuts_the_ids_too(method):
+    """The ids end with the one that spells the kept text's end ("1 2 3 ": the fake decode
+    joins with spaces, so 4 brings the last space), whatever chunk the stop string arrived
+    in; new_tokens counts them."""
+    drafter = None if method == "vanilla" else FakeDrafter(chain())
+    got, stats, events = run(method, drafter, gamma=6, stop_strings=("4 5",))
+    assert got == [1, 2, 3, 4] and stats["new_tokens"] == 4
+    assert "".join(e.text for e in events) == "1 2 3 "
+
+
 def test_rounds_overlap_with_delays():
     """Draft 4 tokens x 10 ms vs verify 40 ms + 2 ms/token: a round costs about the max of
     the two (~50 ms), not the sum (~90 ms); the sequential switch shows the sum."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import models.profiler as profiler
 from core.budget import Profile
+from core.engine import GenConfig
 
 
 def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
@@ -39,3 +40,55 @@ def test_pair_computes_its_placement_once(smol_pair):
     assert smol_pair.placement() is first
     assert smol_pair.apply_threads("duo") == first.threads("duo")
     assert smol_pair.drafter.n_threads == first.draft_threads
+
+
+def test_close_frees_the_draft_and_the_target():
+    """Nothing keeps the target's weights or cache alive after close (a pair switch frees
+    the old pair before loading the new one), and the draft's llama.cpp context is gone."""
+    import gc
+    import weakref
+
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
+    list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo", max_new_tokens=4)))
+    weights, cache = weakref.ref(pair.target.model), weakref.ref(pair.target.cache)
+    pair.close()
+    gc.collect()
+    assert weights() is None and cache() is None
+    assert pair.drafter.batch is None and pair.drafter.ctx.ctx is None
+    assert pair.drafter.model.model is None
+
+
+def test_target_out_of_memory_empties_the_cuda_cache_and_the_pair_goes_on(smol_pair,
+                                                                            monkeypatch):
+    """torch's OutOfMemoryError mid-generation: a clear RuntimeError, the target's cache
+    rolled back, torch.cuda.empty_cache() on cuda (faked here), the next generation right."""
+    import pytest
+    import torch
+
+    from core.backends import TargetOutOfMemory
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    ids = smol_pair.prompt_ids("Name a fruit.")
+    tokens = lambda method: [t for e in smol_pair.generate(  # noqa: E731
+        ids, GenConfig(method=method, max_new_tokens=12)) for t in e.tokens]
+    expected, real_score, calls, emptied = tokens("vanilla"), smol_pair.target.score, [], []
+
+    def score(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            smol_pair.target.device = "cuda"  # as if on cuda from here: empty_cache is asked
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_score(*args)
+
+    with monkeypatch.context() as m:
+        m.setattr(smol_pair.target, "score", score)
+        m.setattr(smol_pair.target, "device", smol_pair.target.device)  # restored after
+        m.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+        with pytest.raises(TargetOutOfMemory, match="the target ran out of memory"):
+            tokens("duo")
+    assert emptied and smol_pair.target.n_cached == 0
+    assert tokens("duo") == expected

@@ -63,3 +63,20 @@ def test_stats_carry_budget_and_timeline(smol_pair, oracle):
     assert 0 < stats["overlap_efficiency"] <= 1
     r = stats["rounds_log"][0]
     assert r["start"] <= r["verify_span"][0] <= r["verify_span"][1] <= r["end"] + 1e-6
+
+
+def test_stop_string_gives_every_method_the_same_ids(smol_pair, oracle):
+    """A stop string that ends inside a token and inside a draft chunk: the ids are cut to
+    the ones that spell the kept text, alike for every method, and counted as such."""
+    ids, expected = oracle[PROMPTS[0]]
+    text = smol_pair.decode(expected)
+    stop = text[len(text) // 2:len(text) // 2 + 5]
+    kept = text[:text.index(stop)]
+    results = {}
+    for method in ("vanilla", "sps", "duo"):
+        got, stats = run(smol_pair, ids, method=method, stop_strings=(stop,))
+        assert stats["stop_reason"] == "stop_string" and stats["new_tokens"] == len(got)
+        assert smol_pair.decode(got).startswith(kept)
+        assert len(smol_pair.decode(got[:-1])) < len(kept)
+        results[method] = got
+    assert results["vanilla"] == results["sps"] == results["duo"] == expected[:len(got)]

@@ -304,6 +304,37 @@ def test_identical_vocabularies_are_identity():
     assert isinstance(IdentityVocab(3, 3).to_target([1]), list)
 
 
+def test_identity_is_byte_exact():
+    """One id spelled differently, a control token renamed or in another place, or a real
+    token on one side only: not identity. Padding past the shorter side is."""
+    from models.vocab_build import _identical
+
+    pieces = [bytes([c]) for c in b"abcdefgh"] + [b""]
+    side = VocabSide(pieces, {8: "<eos>"}, {8})
+    same = lambda p, c=None: _identical(VocabMap(side, VocabSide(p, c or {8: "<eos>"}, {8})))
+    assert same(list(pieces)) and same(list(pieces) + [b"", b""])
+    assert not same(pieces[:3] + [b"D"] + pieces[4:])
+    assert not same(list(pieces), {8: "<|end|>"})
+    assert not same(list(pieces), {7: "<eos>", 8: "<x>"})
+    assert not same(list(pieces) + [b"z"])
+    assert not _identical(VocabMap(VocabSide(list(pieces) + [b"z"], {8: "<eos>"}, {8}), side))
+
+
+def test_the_loader_decides_identity_from_the_bytes(monkeypatch):
+    """The catalog's same_tokenizer is only a hint: the byte-exact analysis always runs."""
+    from types import SimpleNamespace
+
+    import models.vocab_build as vb
+    from models.loader import Pair
+
+    calls = []
+    monkeypatch.setattr(vb, "build_vocab", lambda *a, **k: calls.append(a) or "analysed")
+    pair = SimpleNamespace(spec=SimpleNamespace(name="p", same_tokenizer=True),
+                           drafter=SimpleNamespace(n_vocab=10), tokenizer=None,
+                           target=SimpleNamespace(vocab_size=10, eos_ids={2}))
+    assert Pair._vocab(pair) == "analysed" and len(calls) == 1
+
+
 def test_same_vocabulary_from_hf_and_llama_cpp_is_identity(real, tmp_path, monkeypatch):
     """SmolLM2's byte-level ('Ġ') HF tokenizer and its GGUF in llama.cpp spell every id
     alike: the analysis says identity."""

@@ -1,0 +1,54 @@
+"""scripts/benchmark.py's bookkeeping with made-up generations: a prompt with no new tokens
+counts, and a run that dies part-way leaves results.json with what it measured."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import scripts.benchmark as bench
+from core.engine import GenConfig
+
+QUESTIONS = [{"id": i, "category": "c", "prompt": f"q{i}"} for i in range(4)]
+
+
+def stats(tokens: int, wall: float) -> dict:
+    return {"new_tokens": tokens, "wall_s": wall, "drafted": tokens, "accepted": tokens,
+            "rounds": tokens, "ttft_s": 0.1 if tokens else 0.0, "token_ids": [1] * tokens,
+            "tokens_per_s": tokens / wall if wall else 0.0}
+
+
+def test_empty_outputs_count():
+    runs = [stats(0, 0.0), stats(10, 1.0)]
+    base = [stats(0, 0.0), stats(5, 1.0)]
+    out = bench.aggregate(runs, base)
+    assert out["prompts"] == 2 and out["empty_outputs"] == 1 and out["new_tokens"] == 10
+    assert out["speedup"] == pytest.approx(2.0) and out["ttft_s"] == pytest.approx(0.1)
+    none = bench.aggregate([stats(0, 0.0)], [stats(0, 0.0)])
+    assert none["tokens_per_s"] == none["speedup"] == none["ttft_ratio"] == 0.0
+
+
+class FakePair:
+    def prompt_ids(self, text, raw=False):
+        return [len(text)]
+
+
+def test_a_run_that_dies_keeps_what_it_measured(tmp_path, monkeypatch):
+    calls = []
+
+    def run_one(pair, ids, cfg):
+        calls.append(ids)
+        if len(calls) == 2 + 2 * 2 + 1:  # warm-ups (2), two prompts x 2 methods, then dies
+            raise RuntimeError("the machine fell over")
+        return stats(0 if len(calls) == 3 else 8, 0.0 if len(calls) == 3 else 1.0)  # 3: empty
+
+    monkeypatch.setattr(bench, "run_one", run_one)
+    runs = {m: (FakePair(), GenConfig(method=m)) for m in ("vanilla", "duo")}
+    head = {"settings": {}}
+    save = lambda res: bench.write_results(tmp_path, head, res, complete=False)  # noqa: E731
+    with pytest.raises(RuntimeError):
+        bench.run_all(runs, QUESTIONS, False, lambda m: None, save=save)
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert report["complete"] is False and report["prompts_done"] == 2
+    vanilla = report["methods"]["vanilla"]["overall"]
+    assert vanilla["prompts"] == 2 and vanilla["empty_outputs"] == 1 and vanilla["new_tokens"] == 8

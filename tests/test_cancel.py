@@ -1,0 +1,64 @@
+"""Cancelling a duo generation (multi-sequence on) at each event, by `stop()` or by closing
+the generator: at a prefill, after a verify, while a dropped (possibly branched) chunk is
+still drafting. Both caches stay consistent and the next greedy generation equals a fresh
+vanilla one, on the same prompt (the draft reuses its cache) and on another."""
+from __future__ import annotations
+
+import pytest
+
+from core.engine import GenConfig
+
+PROMPTS = ["Write a haiku about a cat sleeping in the sun.",
+           "List three tips for staying focused while studying."]
+N = 24
+
+
+def tokens(pair, ids, method, stop=None) -> list[int]:
+    cfg = GenConfig(method=method, max_new_tokens=N, multi_seq=True)
+    return [t for e in pair.generate(ids, cfg, stop) for t in e.tokens]
+
+
+@pytest.fixture(scope="module")
+def fresh(smol_pair):
+    return [(ids, tokens(smol_pair, ids, "vanilla"))
+            for ids in (smol_pair.prompt_ids(p) for p in PROMPTS)]
+
+
+def cancel(pair, ids, k: int, how: str) -> list[int]:
+    """A duo generation cancelled after its k-th event; the tokens it gave."""
+    seen = []
+    if how == "stop":
+        for ev in pair.generate(ids, GenConfig(max_new_tokens=N), lambda: len(seen) >= k):
+            seen.append(ev)
+        assert seen[-1].done and seen[-1].stats["stop_reason"] in ("stopped", "max_new_tokens",
+                                                                   "eos")
+    else:
+        events = pair.generate(ids, GenConfig(max_new_tokens=N))
+        for ev in events:
+            seen.append(ev)
+            if len(seen) >= k:
+                events.close()
+                break
+    return [t for e in seen for t in e.tokens]
+
+
+def consistent(pair, ids, got) -> None:
+    """The target's cache holds no more than prompt + output; the draft's KV cache (sequence
+    0) holds exactly the tokens it says it has (a cancel before the draft's prefill leaves
+    the previous context there, which the next proposal rolls back from)."""
+    from llama_cpp import llama_cpp as C
+
+    assert pair.target.n_cached <= len(ids + got)
+    kv_end = C.llama_memory_seq_pos_max(pair.drafter.ctx.memory, 0) + 1
+    assert kv_end == len(pair.drafter.tokens)
+
+
+@pytest.mark.parametrize("how", ["stop", "close"])
+def test_cancel_at_each_event_then_the_next_generation_is_fresh(smol_pair, fresh, how):
+    for k in range(1, 9):
+        ids, _ = fresh[0]
+        got = cancel(smol_pair, ids, k, how)
+        assert got == fresh[0][1][:len(got)], f"cancelled at {k}"
+        consistent(smol_pair, ids, got)
+        ids, expected = fresh[k % 2]  # the same prompt, then another
+        assert tokens(smol_pair, ids, "duo") == expected, f"after a cancel at {k}"
