@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import logging
 import threading
+import time
 from contextlib import closing
 
 from fastapi import APIRouter, Request
@@ -151,19 +152,22 @@ class Api:
         return await self._whole(job, shapes, request)
 
     async def _whole(self, job: Job, shapes: Shapes, request: Request) -> Response:
-        text, stats = [], {}
+        text, stats, looked = [], {}, time.monotonic()
         try:
             while True:
                 try:
                     ev = await asyncio.wait_for(job.next(), POLL_S)
                 except asyncio.TimeoutError:
+                    ev = False
+                if time.monotonic() - looked >= POLL_S:  # events may never pause
                     if await request.is_disconnected():
                         return Response(status_code=499)
-                    continue
+                    looked = time.monotonic()
                 if ev is None:
                     return JSONResponse(shapes.whole("".join(text), stats))
-                text.append(ev.text)
-                stats = ev.stats or stats
+                if ev:
+                    text.append(ev.text)
+                    stats = ev.stats or stats
         finally:
             job.cancel.set()
 

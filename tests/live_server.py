@@ -60,4 +60,8 @@ class Served:
         return False
 
     def close(self) -> None:
+        """Stop serving; a generation still running (a cancelled one ends within a round)
+        must end before the session's pair is closed under it."""
         self.server.should_exit = True
+        if self.host._run.acquire(timeout=120):
+            self.host._run.release()

@@ -23,6 +23,7 @@ def resources() -> dict:
 
 
 def assert_steady(before: dict, after: dict) -> None:
+    print(f"resources after warm-up {before}, after 100 more {after}")  # pytest -s shows it
     assert after["rss_kb"] < before["rss_kb"] * 1.10, (before, after)
     for k in ("threads", "tasks", "fds"):
         assert after[k] <= before[k], (k, before, after)
@@ -48,7 +49,7 @@ def test_a_hundred_python_generations_leak_nothing(smol_pair):
 def served(smol_pair):
     s = Served(smol_pair)
     yield s
-    s.server.should_exit = True
+    s.close()
 
 
 def http_run(served, i: int) -> str:
