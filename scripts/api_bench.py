@@ -1,6 +1,6 @@
 """Measure the API as a client sees it: TTFT of each turn of a 5-turn chat with and without the
 prompt cache, tokens/s through the API against the CLI (scripts/generate.py) on the same
-prompts, and N clients at once. Starts `app/main.py --no-ui` itself; writes DIR/api.json.
+prompts, 8 clients at once, and 16 clients asking again and again for a few minutes. Starts `app/main.py --no-ui` itself; writes DIR/api.json.
 
     python scripts/api_bench.py --out bench/out/api [--pair smol-self] [--port 7870]
 """
@@ -102,12 +102,46 @@ def concurrent(client, pair, prompts, n: int, max_tokens: int) -> dict:
                                                              zip(alone, results))}
 
 
+def load(port: int, pair: str, clients: int, minutes: float) -> dict:
+    """`clients` threads ask their own question again and again for `minutes`: every answer
+    must be 200 with the text that question got alone, or a 429."""
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    qs = [f"What is {i} times {i + 1}?" for i in range(clients)]
+
+    def ask(q):
+        body = {"model": pair, "max_tokens": 16, "temperature": 0,
+                "messages": [{"role": "user", "content": q}]}
+        r = httpx.post(url, json=body, timeout=600)
+        return r.status_code, r.json()
+    alone = {q: ask(q)[1]["choices"][0]["message"]["content"] for q in qs}
+    end = time.monotonic() + minutes * 60
+
+    def client(q):
+        counts = {"ok": 0, "refused": 0, "other": 0, "mixed_up": 0}
+        while time.monotonic() < end:
+            code, body = ask(q)
+            if code == 200:
+                counts["ok"] += 1
+                counts["mixed_up"] += body["choices"][0]["message"]["content"] != alone[q]
+            elif code == 429:
+                counts["refused"] += 1
+                time.sleep(0.5)
+            else:
+                counts["other"] += 1
+        return counts
+    with ThreadPoolExecutor(clients) as pool:
+        per = list(pool.map(client, qs))
+    return {"clients": clients, "minutes": minutes,
+            **{k: sum(c[k] for c in per) for k in per[0]}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--pair", default="smol-self")
     p.add_argument("--port", type=int, default=7870)
     p.add_argument("--out", required=True)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--load-minutes", type=float, default=3.0)
     args = p.parse_args()
     prompts = [json.loads(line)["turns"][0]
                for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()[::4]]
@@ -124,6 +158,7 @@ def main() -> None:
         result["api_vs_cli"] = {m: api_vs_cli(client, args.pair, prompts, m, 128)
                                 for m in ("vanilla", "duo")}
         result["concurrent"] = concurrent(client, args.pair, prompts + TURNS, 8, 64)
+        result["load"] = load(args.port, args.pair, 16, args.load_minutes)
     finally:
         server.terminate()
     out = Path(args.out)
