@@ -67,11 +67,16 @@ class Pair:
             f"context {n_ctx})")
         self.target = load_target(model_dir, device, dtype, n_ctx, self.opts.target_compile,
                                   self.opts.compile_buckets, say, quant, group)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        say(f"loading draft {draft_gguf.name} on the CPU")
-        self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
-                                    n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
-        self.drafter.vocab = self._vocab()
+        self.drafter = None
+        try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+            say(f"loading draft {draft_gguf.name} on the CPU")
+            self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
+                                        n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
+            self.drafter.vocab = self._vocab()
+        except BaseException:
+            self.close()
+            raise
         self.load_s = time.perf_counter() - t0
         self.profile = None
         self.learned = Learned()  # budget, first-token odds, draft health: across generations
@@ -187,7 +192,8 @@ class Pair:
                           f"{self.target.path} ({self.target.compile_choice})"}
 
     def close(self) -> None:
-        self.drafter.close()
+        if self.drafter is not None:
+            self.drafter.close()
         self.target.close()
 
 
