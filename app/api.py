@@ -19,6 +19,7 @@ from models.catalog import PairError
 
 log = logging.getLogger("duo.api")
 POLL_S = 0.25  # how often a non-streaming request looks for its client
+MAX_BODY = 8 << 20  # bytes of request body read at most (a 2 MB paste is refused later, by length)
 
 
 class Gate:
@@ -72,6 +73,20 @@ class Job:
         if isinstance(item, Exception):
             raise _as_api_error(item)
         return item
+
+
+async def _body(request: Request) -> bytes:
+    """The body, or 413 past MAX_BODY (told by its length header, else while reading)."""
+    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes",
+                       code="request_too_large")
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise too_big
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY:
+            raise too_big
+    return bytes(body)
 
 
 def _as_api_error(e: Exception) -> ApiError:
@@ -133,7 +148,7 @@ class Api:
 
     async def complete(self, request: Request, chat: bool) -> Response:
         self.check_key(request)
-        req = parse(ChatRequest if chat else CompletionRequest, await request.body())
+        req = parse(ChatRequest if chat else CompletionRequest, await _body(request))
         name, pair = self.served(req.model)
         try:
             ids, max_new = await run_in_threadpool(self.prompt, pair, req)

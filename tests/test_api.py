@@ -167,3 +167,11 @@ def test_a_client_that_times_out_cancels_its_generation(served):
         served.post("/chat/completions", body, timeout=1.5)
     assert served.idle(within_s=5)
     assert served.post("/chat/completions", GOOD).status_code == 200
+
+
+def test_a_body_over_the_limit_is_413(served):
+    from app.api import MAX_BODY
+
+    r = served.post("/chat/completions", b"x" * (MAX_BODY + 1))
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert served.post("/chat/completions", GOOD).status_code == 200
