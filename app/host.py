@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -41,6 +42,41 @@ def _warm_up(pair) -> None:
             pass
 
 
+class FairLock:
+    """A lock that waiters get in the order they asked (threading.Lock wakes any of them):
+    the page's and the API's requests form one queue."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._waiting: deque[object] = deque()
+        self._held = False
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        me = object()
+        with self._cv:
+            self._waiting.append(me)
+            ok = self._cv.wait_for(lambda: not self._held and self._waiting[0] is me, timeout)
+            self._waiting.remove(me)
+            self._held = ok or self._held
+            self._cv.notify_all()  # the next in line may be due now (a waiter timed out)
+            return ok
+
+    def release(self) -> None:
+        with self._cv:
+            self._held = False
+            self._cv.notify_all()
+
+    def locked(self) -> bool:
+        return self._held
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 class ModelHost:
     """One loaded pair at a time. `state` is 'idle', 'loading', 'ready' or 'error'."""
 
@@ -54,7 +90,7 @@ class ModelHost:
         self.errors: dict[str, str] = {}  # pair name -> why it cannot be used
         self.load_s = 0.0
         self._guard = threading.Lock()  # state changes
-        self._run = threading.Lock()  # one generation or load at a time
+        self._run = FairLock()  # one generation or load at a time, first come first served
 
     # -- loading ------------------------------------------------------------------------
     def start_loading(self, name: str) -> bool:

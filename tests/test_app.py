@@ -276,3 +276,27 @@ def test_host_load_waits_for_running_generation():
         assert host.name == "smol-self"  # not swapped under a running generation
     list(host.prepare("llama2-7b-68m"))
     assert host.name == "llama2-7b-68m"
+
+
+def test_the_host_lock_serves_waiters_first_come_first_served():
+    import threading
+    import time
+
+    from app.host import FairLock
+
+    lock, order, threads = FairLock(), [], []
+    lock.acquire()
+
+    def wait_turn(i):
+        with lock:
+            order.append(i)
+    for i in range(6):
+        threads.append(threading.Thread(target=wait_turn, args=(i,)))
+        threads[-1].start()
+        while len(lock._waiting) < i + 1:  # queued before the next one starts
+            time.sleep(0.001)
+    assert lock.acquire(timeout=0.05) is False and len(lock._waiting) == 6
+    lock.release()
+    for t in threads:
+        t.join(5)
+    assert order == list(range(6)) and not lock.locked() and not lock._waiting
