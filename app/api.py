@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.openai_io import ApiError, ChatRequest, CompletionRequest, Shapes, parse, sse
 from models.catalog import PairError
+from models.prompt_text import ContextOverflow
 
 log = logging.getLogger("duo.api")
 POLL_S = 0.25  # how often a non-streaming request looks for its client
@@ -133,7 +134,8 @@ class Api:
                        else pair.prompt_ids(req.text(), raw=True))
             pair.check_room(ids, wanted or 1)
         except ValueError as e:
-            code = "context_length_exceeded" if "context window" in str(e) else "invalid_value"
+            code = ("context_length_exceeded" if isinstance(e, ContextOverflow)
+                    else "invalid_value")
             raise ApiError(400, str(e), param="messages" if chat else "prompt",
                            code=code) from None
         return ids, wanted or pair.target.n_ctx - len(ids)

@@ -125,14 +125,13 @@ class Run:
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
-             odds: FirstTokenOdds | None = None,
              learned: Learned | None = None) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `learned`: what earlier generations of this pair
-    learned (budget, first-token odds, draft health), updated in place; `odds` alone: the
-    first-token odds only. The target keeps what it holds of the prompt (cfg.cache_prompt)."""
-    learned = learned if learned is not None else Learned(odds or FirstTokenOdds())
+    learned (budget, first-token odds, draft health), updated in place. The target keeps
+    what it holds of the prompt (cfg.cache_prompt)."""
+    learned = learned if learned is not None else Learned()
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     run = Run(target, prompt, cfg, decode, learned.odds)

@@ -16,7 +16,7 @@ from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
 from models.placement import Placement, draft_share
-from models.prompt_text import check_prompt
+from models.prompt_text import ContextOverflow, check_prompt
 from models.target_choice import pick_ctx
 from models.target_torch import pick_device, pick_dtype
 
@@ -80,7 +80,6 @@ class Pair:
         self.load_s = time.perf_counter() - t0
         self.profile = None
         self.learned = Learned()  # budget, first-token odds, draft health: across generations
-        self.odds = self.learned.odds
         self._remeasured: set[tuple[int, int]] = set()
         self._placement: Placement | None = None
         self._thread_times: dict[int, float] = {}  # draft threads -> s/token
@@ -140,7 +139,7 @@ class Pair:
                                                      tokenize=True)["input_ids"]
         limit = self.target.n_ctx - 1
         if len(ids) > limit:
-            raise ValueError(f"the prompt is {len(ids)} tokens; the context window "
+            raise ContextOverflow(f"the prompt is {len(ids)} tokens; the context window "
                              f"({self.target.n_ctx} tokens) allows {limit}")
         return list(ids)
 
@@ -148,7 +147,7 @@ class Pair:
         """The one context rule, checked before generating: prompt plus new tokens fit."""
         room = self.target.n_ctx - len(ids)
         if max_new_tokens > room:
-            raise ValueError(f"the prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens "
+            raise ContextOverflow(f"the prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens "
                              f"exceed the context window of {self.target.n_ctx} tokens; at "
                              f"most {room} new tokens fit")
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 CHARS_PER_TOKEN = 16  # no tokenizer here packs more text into one token on average
 
 
+class ContextOverflow(ValueError):
+    """The prompt, or the prompt plus the tokens asked for, does not fit the window."""
+
+
 def has_text(text: str) -> bool:
     """True if `text` holds anything but whitespace and control characters."""
     return any(c.isprintable() and not c.isspace() for c in text)
@@ -17,5 +21,5 @@ def check_prompt(messages: list[dict], n_ctx: int | None = None) -> None:
         raise ValueError("the prompt is empty (no text but spaces or control characters)")
     chars = sum(len(m.get("content") or "") for m in messages)
     if n_ctx is not None and chars > CHARS_PER_TOKEN * n_ctx:
-        raise ValueError(f"the prompt is {chars} characters; the context window ({n_ctx} "
+        raise ContextOverflow(f"the prompt is {chars} characters; the context window ({n_ctx} "
                          f"tokens) allows at most {CHARS_PER_TOKEN * n_ctx} characters")

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.live_server import Served
+from tests.test_chat_ui import latest as last
 
 CONTROL = "\x00\x07\x1b"
 PASTE_100K = "Lorem ipsum dolor sit amet. " * 3600  # ~100 kB
@@ -259,16 +260,6 @@ def page(smol_pair):
     history = last(app.chat(REQUEST, "Name a color.", [], "smol-self", False, "", *knobs()))
     assert history["status"].startswith("done:"), history["status"]
     return SimpleNamespace(app=app, history=history["chatbot"])
-
-
-def last(updates) -> dict:
-    from app.page import OUTPUTS
-    out = {}
-    for update in updates:
-        for name, value in zip(OUTPUTS, update):
-            if value != {"__type__": "update"}:
-                out[name] = value
-    return out
 
 
 UI_BAD = [  # (message, pair, settings, what the status says)

@@ -31,7 +31,7 @@ def test_greedy_identical_with_multi_seq(smol_pair, oracle, options, monkeypatch
     if "theta_scale" in options:  # on this CPU a batched step costs 2-4 single ones and the
         # policy rightly keeps one sequence: make batching free and start the odds afresh
         monkeypatch.setattr(branching, "step_ratio", lambda step_s, k: 1.0)
-        monkeypatch.setattr(smol_pair, "odds", FirstTokenOdds())
+        monkeypatch.setattr(smol_pair.learned, "odds", FirstTokenOdds())
     seqs = {}
     for prompt, (ids, expected) in oracle.items():
         got, stats = run(smol_pair, ids, method="duo", multi_seq=True, **options)
