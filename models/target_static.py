@@ -25,8 +25,9 @@ class StaticTarget(TorchTarget):
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None):
-        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
+                 quant_group: int | None = None, *, model=None):
+        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
+                         model=model)
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if cuda else CPU_BUCKETS)))
         self.compiled = compile

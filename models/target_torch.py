@@ -37,11 +37,18 @@ class TorchTarget:
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None):
+                 quant_group: int | None = None, progress=None, *, model=None):
+        """`model`: an already built causal LM (random weights of a real shape, say) used
+        instead of loading `model_dir`, which then only names it; `quant` still applies."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/quant.py)
-        if quant == "none":
+        if model is not None:
+            self.model = model.to(DTYPES[self.dtype])
+            if quant != "none":
+                from models.quant import quantize
+                quantize(self.model, quant, self.device, quant_group)
+        elif quant == "none":
             self.model = AutoModelForCausalLM.from_pretrained(  # never pickle weights
                 str(model_dir), dtype=DTYPES[self.dtype], use_safetensors=True)
         else:
