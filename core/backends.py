@@ -8,7 +8,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from core.sampling import SamplingConfig, logits_to_probs
+from core.sampling import Noise, SamplingConfig, logits_to_probs
 
 
 @dataclass
@@ -54,18 +54,34 @@ class Proposal:
 
 
 @dataclass
+class SampleCheck:
+    """What a sampled verify tests, handed to the target so it can reduce its rows on the
+    device: the draft tokens, their q_draft rows, the noise, and the first draft position."""
+    draft: list[int]
+    q_draft: np.ndarray | None  # (len(draft), target vocab)
+    noise: Noise
+    base: int
+
+
+@dataclass
 class Scores:
     """What the verifier needs from one target forward, and no more: greedy, the argmax of
-    each row; sampling, the rows' probabilities after the sampling transform."""
+    each row; sampling, p_target of each draft token, the residual draw at each draft
+    position (the recovered token if it is rejected) and the bonus draw from the last row."""
     choice: list[int] | None = None  # greedy
-    p_target: np.ndarray | None = None  # sampling: (rows, target vocab)
+    p_draft: list[float] | None = None  # sampling
+    recovered: list[int] | None = None
+    bonus: int | None = None
 
     @classmethod
-    def from_logits(cls, logits: np.ndarray, sampling: SamplingConfig) -> "Scores":
+    def from_logits(cls, logits: np.ndarray, sampling: SamplingConfig,
+                    check: SampleCheck | None = None) -> "Scores":
         """The reference reduction (fakes use it; device targets mirror it)."""
         if sampling.greedy:
             return cls(choice=np.asarray(logits).argmax(axis=-1).tolist())
-        return cls(p_target=logits_to_probs(logits, sampling))
+        from core.verify import sampled_scores
+
+        return sampled_scores(logits_to_probs(logits, sampling), check)
 
 
 class TargetOutOfMemory(RuntimeError):
@@ -119,8 +135,10 @@ class Target(Protocol):
     def cached_ids(self) -> list[int]:
         """The n_cached tokens in the cache, in order (a new prompt keeps its common prefix)."""
 
-    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
-        """Append `tokens` to the cache; the verifier's Scores of the last n_rows positions."""
+    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
+              check: SampleCheck | None = None) -> Scores:
+        """Append `tokens` to the cache; the verifier's Scores of the last n_rows positions
+        (sampling: `check` says which draft they test; n_rows == len(check.draft) + 1)."""
 
     def rollback(self, n_keep: int) -> None: ...
 

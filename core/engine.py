@@ -10,19 +10,18 @@ from typing import Callable, Iterator
 
 
 from core.align import common_prefix
-from core.backends import Draft, Drafter, Target, TargetOutOfMemory
+from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.sampling import PositionRng, SamplingConfig, check_finite
+from core.sampling import Noise, SamplingConfig, check_finite
 from core.scheduler import Drafted, DraftWorker
 from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 METHODS = ("vanilla", "sps", "duo")
-VERIFY_STREAM = 0  # the draft worker uses stream 1
 
 
 @dataclass
@@ -76,7 +75,7 @@ class Run:
         if room < cfg.max_new_tokens:
             self.out.limit_reason = "context_window"
         self.stats = GenerationStats(method=cfg.method)
-        self.rng_at = PositionRng(cfg.seed, VERIFY_STREAM)
+        self.noise = Noise(cfg.seed)
         self.t0 = time.perf_counter()
         self.odds = odds if odds is not None else FirstTokenOdds()
         self.telemetry = Telemetry(self.stats, self.t0, self.odds)
@@ -89,11 +88,13 @@ class Run:
         cache back to the verified prefix."""
         t0 = time.perf_counter()
         new = self.ctx[self.target.n_cached:] + draft.tokens
-        scores = self.target.score(new, len(draft) + 1, self.cfg.sampling)
         if self.cfg.sampling.greedy:
+            scores = self.target.score(new, len(draft) + 1, self.cfg.sampling)
             verdict = verify_greedy(draft.tokens, scores.choice)
         else:
-            verdict = verify_sampled(draft.tokens, draft.q_draft, scores.p_target, self.rng_at,
+            check = SampleCheck(draft.tokens, draft.q_draft, self.noise, len(self.ctx))
+            scores = self.target.score(new, len(draft) + 1, self.cfg.sampling, check)
+            verdict = verify_sampled(draft.tokens, draft.q_draft, scores, self.noise,
                                      base=len(self.ctx))
         self.target.rollback(len(self.ctx) + verdict.accepted)
         t1 = time.perf_counter()

@@ -89,14 +89,67 @@ def pick(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator) -> i
 
 
 class PositionRng:
-    """Random streams keyed by absolute token position: the draws that decide position i do
-    not depend on how rounds were cut. So a seed reproduces the output whatever the timing
-    only when the target's probabilities do not depend on the chunk shape either (float32 on
-    the CPU); a 16-bit target (or cuda) rounds each chunk shape differently, and chunk shapes
-    follow the timing. `stream` separates the verifier's draws from the draft's."""
+    """The draft's random streams keyed by absolute token position (numpy generators): what
+    the draft proposes at position i does not depend on how rounds were cut. The target's
+    draws use `Noise`, which the device computes alike."""
 
     def __init__(self, seed: int, stream: int):
         self.seed, self.stream = seed, stream
 
     def __call__(self, pos: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.stream, pos)))
+
+
+# -- the target's noise: one function of (seed, stream, position, token) ---------------------
+MASK32 = 0xFFFFFFFF
+DRAW, ACCEPT = 0, 2  # streams: the target's draws, the acceptance tests (the draft's is 1)
+
+
+def mix32(x):
+    """A 32-bit integer hash (Wellons' lowbias32) on Python ints, numpy uint64 arrays or torch
+    int64 tensors alike: every product is cut back to 32 bits, so each library's wrap-around
+    gives the same bits, and no shift ever sees a sign."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def noise_key(seed: int, stream: int, pos: int):
+    """The key of one (seed, stream, position); `pos` may be an array or a tensor."""
+    k = mix32((seed & MASK32) ^ mix32(((seed >> 32) & MASK32) ^ mix32(stream + 0x9E3779B9)))
+    return mix32(k ^ pos)
+
+
+def uniforms(key, token_mix):
+    """Uniforms in (0, 1), float64, for keys x tokens; token_mix = mix32(token ids)."""
+    bits = mix32(key ^ token_mix)
+    bits = bits.double() if hasattr(bits, "double") else np.asarray(bits, dtype=np.float64)
+    return (bits + 0.5) / 2.0 ** 32
+
+
+class Noise:
+    """The target's random draws, fixed by (seed, position, token) and nothing else:
+    `draw` picks a token from a probability row by an exponential race (Gumbel-max:
+    argmin E_j / p_j with E_j = -log u_j), `accept_u` is a position's acceptance uniform.
+    models/sampling_torch.py computes the same on the device (tested bit for bit)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._mix: np.ndarray | None = None
+
+    def token_mix(self, n: int) -> np.ndarray:
+        if self._mix is None or len(self._mix) < n:
+            self._mix = mix32(np.arange(n, dtype=np.uint64))
+        return self._mix[:n]
+
+    def draw(self, probs: np.ndarray, pos: int) -> int:
+        p = np.asarray(probs, dtype=np.float64)
+        u = uniforms(noise_key(self.seed, DRAW, pos), self.token_mix(len(p)))
+        with np.errstate(divide="ignore"):
+            race = -np.log(u) / p
+        return int(np.argmin(race))
+
+    def accept_u(self, pos: int) -> float:
+        return float(uniforms(noise_key(self.seed, ACCEPT, pos), mix32(0)))

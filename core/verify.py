@@ -8,11 +8,11 @@ comes from the target itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from core.sampling import sample
+from core.backends import SampleCheck, Scores
+from core.sampling import Noise
 
 
 @dataclass(frozen=True)
@@ -32,22 +32,33 @@ def verify_greedy(draft: list[int], target_choice: list[int]) -> Verdict:
     return Verdict(n, int(target_choice[n]))
 
 
-def verify_sampled(draft: list[int], q_draft: np.ndarray, p_target: np.ndarray,
-                   rng_at: Callable[[int], np.random.Generator], base: int = 0) -> Verdict:
-    """Speculative sampling (Leviathan et al.; Chen et al.): accept with min(1, p/q),
-    on rejection draw from norm(max(0, p - q)), else a bonus draw from the last row.
-    rng_at(base + i) gives the random stream of draft position i."""
+def verify_sampled(draft: list[int], q_draft: np.ndarray, scores: Scores, noise: Noise,
+                   base: int = 0) -> Verdict:
+    """Speculative sampling (Leviathan et al.; Chen et al.): accept draft token i with
+    min(1, p/q), by the acceptance uniform of its position base + i; on a rejection the
+    target's recovered token (its draw from norm(max(0, p - q))), else its bonus draw."""
     for i, tok in enumerate(draft):
-        rng = rng_at(base + i)
-        p, q = float(p_target[i, tok]), float(q_draft[i, tok])
-        if q > 0 and rng.random() * q < p:
+        p, q = scores.p_draft[i], float(q_draft[i, tok])
+        if q > 0 and noise.accept_u(base + i) * q < p:
             continue
-        return Verdict(i, residual_sample(p_target[i], q_draft[i], rng))
-    return Verdict(len(draft), sample(p_target[len(draft)], rng_at(base + len(draft))))
+        return Verdict(i, scores.recovered[i])
+    return Verdict(len(draft), scores.bonus)
 
 
-def residual_sample(p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> int:
-    residual = np.maximum(p.astype(np.float64) - q, 0.0)
-    if residual.sum() <= 0:  # p == q up to rounding: any draw from p is right
-        return sample(p, rng)
-    return sample(residual, rng)
+def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:
+    """The reference of what a target hands the sampled verifier (models/sampling_torch.py
+    computes the same on the device): p_target of each draft token, the draw from each draft
+    position's residual, and the bonus draw from the last row, by `check.noise`."""
+    g = len(check.draft)
+    p_draft = [float(p_target[i, t]) for i, t in enumerate(check.draft)]
+    recovered = [check.noise.draw(residual(p_target[i], check.q_draft[i]), check.base + i)
+                 for i in range(g)]
+    bonus = check.noise.draw(p_target[g], check.base + g)
+    return Scores(p_draft=p_draft, recovered=recovered, bonus=bonus)
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, p - q)) up to its scale (a draw does not need the sum); p itself when
+    p == q up to rounding (any draw from p is right)."""
+    r = np.maximum(p.astype(np.float64) - q, 0.0)
+    return r if r.sum() > 0 else p.astype(np.float64)

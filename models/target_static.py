@@ -1,7 +1,10 @@
-"""The fast target path: a preallocated KV cache indexed by position, chunks padded to a few
-fixed lengths, and the forward compiled with torch.compile (CUDA graphs on cuda).
+"""The fast target path: K/V preallocated per layer and written at absolute positions, each
+forward attending only over a length bucket just past what the sequence holds
+(models/span_attention.py); verify chunks padded to a few sizes and compiled (CUDA graphs on
+cuda), one upload (position and ids) and one download (argmaxes, or what the sampled
+verifier needs) a round; long prompts prefilled eagerly in big chunks on the same buffers.
 
-A rollback only moves `n_cached`: later writes overwrite the stale slots, and the causal mask
+A rollback only moves `n_cached`: later writes overwrite the stale slots, and the mask
 (built from the positions) never lets a query see a slot past its own position."""
 from __future__ import annotations
 
@@ -10,13 +13,17 @@ import time
 from pathlib import Path
 
 import torch
-from transformers.cache_utils import Cache, StaticLayer
 
+from core.backends import Scores
+from core.sampling import SamplingConfig
+from models import span_attention as span
 from models.convert import cache_root
+from models.sampling_torch import device_scores
 from models.target_torch import TorchTarget, _check_chunk
 
 CUDA_BUCKETS = (1, 2, 4, 8, 16, 32)
 CPU_BUCKETS = (1, 2, 4, 8, 16, 32)
+PREFILL_CHUNK = 512  # a long prompt goes through the eager forward this many tokens at a time
 
 
 class StaticTarget(TorchTarget):
@@ -36,58 +43,101 @@ class StaticTarget(TorchTarget):
                                 None)
         self.cache = None
         self._allocate()
-        self._step = _compiled(self._forward, cuda) if compile else self._forward
+        self._step = _compiled(self._decode, cuda) if compile else self._decode
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
         if compile:
             self.warm_up(progress)
 
-    # -- the cache ------------------------------------------------------------------------
+    # -- the buffers ----------------------------------------------------------------------
     def _allocate(self) -> None:
-        """Every layer a full-length static layer, sliding-window ones too (a ring buffer
-        cannot roll back; their mask still applies the window)."""
-        cfg = self.model.config.get_text_config(decoder=True)
+        """K/V for every layer at full length, sliding-window ones too (a ring buffer cannot
+        roll back; their mask applies the window); the upload buffer and the span keys."""
         size = self.n_ctx + self.buckets[-1]  # a padded chunk at the window's end still fits
-        self.cache = Cache(layers=[StaticLayer(max_cache_len=size)
-                                   for _ in range(cfg.num_hidden_layers)])
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.cache.early_initialization(1, kv_heads, head_dim, self.model.dtype,
-                                        torch.device(self.device))
-        self._lengths = [layer.cumulative_length for layer in self.cache.layers]
+        self._kv = span.attach(self.model, size, self.model.dtype, self.device)
+        self.spans = span.spans(size)
+        self._keys = torch.arange(size, device=self.device)
+        torch._dynamo.mark_static_address(self._keys)
+        cuda = self.device.startswith("cuda")
+        self._host = torch.zeros(1 + self.buckets[-1], dtype=torch.long, pin_memory=cuda)
+        self._upload = torch.zeros_like(self._host, device=self.device)
+        torch._dynamo.mark_static_address(self._upload)
 
     def rollback(self, n_keep: int) -> None:
         del self.cached_ids[max(0, n_keep):]  # positions past n_cached are overwritten later
 
-    # -- the forward ------------------------------------------------------------------------
+    # -- the verbs --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
+              check=None) -> Scores:
+        """Greedy: one forward and one download of n_rows argmaxes; sampling: the head over
+        the n_rows hidden rows, reduced on the device to what the verifier needs."""
+        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        if sampling.greedy and len(tokens) <= self.buckets[-1]:
+            choice, _ = self._chunk(tokens)
+            end = len(tokens)
+            return Scores(choice=choice[end - n_rows:end].tolist())
+        return device_scores(self._head(self._hidden(tokens, n_rows)), sampling, check)
+
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
-        """Append `tokens` in pieces of at most the largest bucket, each padded to a bucket;
-        float32 logits of the last n_rows real positions, on the device."""
+        """Append `tokens`; float32 logits of the last n_rows positions, on the device."""
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
-        top, hidden = self.buckets[-1], []
-        for start in range(0, len(tokens), top):
-            piece = tokens[start:start + top]
-            keep = max(0, n_rows - (len(tokens) - start - len(piece)))  # rows wanted here
-            h = self._piece(piece)
-            if keep:
-                hidden.append(h[len(piece) - min(keep, len(piece)):len(piece)])
-        return self._head(torch.cat(hidden))
+        return self._head(self._hidden(tokens, n_rows))
 
-    def _piece(self, piece: list[int]) -> torch.Tensor:
-        """One padded forward at position n_cached; returns the hidden rows (bucket, dim)."""
+    def _hidden(self, tokens: list[int], n_rows: int) -> torch.Tensor:
+        """Hidden rows (n_rows, dim) of the last n_rows positions: a short chunk through the
+        compiled step, a long one through the eager forward in PREFILL_CHUNK pieces."""
+        if len(tokens) <= self.buckets[-1]:
+            _, hidden = self._chunk(tokens)
+            return hidden[len(tokens) - n_rows:len(tokens)]
+        rows = []
+        for start in range(0, len(tokens), PREFILL_CHUNK):
+            piece = tokens[start:start + PREFILL_CHUNK]
+            keep = n_rows - (len(tokens) - start - len(piece))  # rows wanted from this piece
+            hidden = self._prefill(piece)
+            if keep > 0:
+                rows.append(hidden[len(piece) - min(keep, len(piece)):])
+        return torch.cat(rows)
+
+    # -- the forwards -----------------------------------------------------------------------
+    def _chunk(self, piece: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One padded compiled forward at position n_cached: (argmax per row, hidden rows),
+        both on the device. One host-to-device copy: the position and the ids."""
         size = next(b for b in self.buckets if b >= len(piece))
-        ids = torch.tensor([piece + [0] * (size - len(piece))], device=self.device)
         n = self.n_cached
-        pos = torch.arange(n, n + size, device=self.device).unsqueeze(0)
-        torch._foreach_mul_(self._lengths, 0)  # the layers write at `cumulative_length`:
-        torch._foreach_add_(self._lengths, n)  # two kernels, not one per layer
-        hidden = self._step(ids, pos)[0].clone()  # a CUDA graph reuses its output buffer
+        host = self._host
+        host[0] = n
+        host[1:1 + len(piece)] = torch.tensor(piece, dtype=torch.long)
+        host[1 + len(piece):] = 0
+        self._upload.copy_(host, non_blocking=True)
+        keys = self._keys[:span.span_for(n + size, self.spans)]
+        torch._dynamo.maybe_mark_dynamic(keys, 0)
+        choice, hidden = self._step(self._upload, keys, size)
+        self.cached_ids += piece
+        return choice, hidden  # a CUDA graph's own buffers: read them before the next step
+
+    def _decode(self, upload: torch.Tensor, keys: torch.Tensor, size: int):
+        ids = upload[1:1 + size].unsqueeze(0)
+        pos = upload[0] + torch.arange(size, device=upload.device)
+        hidden = self._forward(ids, pos, keys)
+        logits = self.model.lm_head(hidden)
+        return logits.argmax(dim=-1), hidden  # the softcap keeps the order: argmax as is
+
+    def _prefill(self, piece: list[int]) -> torch.Tensor:
+        """The eager forward of a long piece (no padding, no graph) on the same buffers."""
+        n = self.n_cached
+        ids = torch.tensor([piece], dtype=torch.long, device=self.device)
+        pos = torch.arange(n, n + len(piece), device=self.device)
+        hidden = self._forward(ids, pos, self._keys[:span.span_for(n + len(piece), self.spans)])
         self.cached_ids += piece
         return hidden
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return self.model.model(input_ids=ids, position_ids=pos, past_key_values=self.cache,
-                                use_cache=True).last_hidden_state
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
+        mask = span.masks(self.model, pos, keys)
+        out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
+                               attention_mask=mask, use_cache=False, duo_pos=pos,
+                               duo_keys=keys)
+        return out.last_hidden_state[0]
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.lm_head(hidden).float()
@@ -100,9 +150,9 @@ class StaticTarget(TorchTarget):
         for i, size in enumerate(self.buckets, 1):
             if progress:
                 progress(f"compiling the target forward: chunk {size} ({i}/{len(self.buckets)})")
-            for _ in range(2):  # CUDA graphs record on a later call than the first
+            for _ in range(3):  # CUDA graphs record on a later call than the first
                 self.rollback(0)
-                self.logits([1] * size, 1)
+                self.score([1] * size, 1, SamplingConfig())
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
@@ -117,12 +167,15 @@ class StaticTarget(TorchTarget):
         return super().set_threads(n)
 
     def close(self) -> None:
-        self._step, self._lengths = None, []
+        if self.model is not None:
+            span.detach(self.model)
+        self._step, self._kv = None, []
         super().close()
 
 
 def _compiled(fn, cuda: bool):
-    """torch.compile of the forward with fixed shapes; CUDA graphs on cuda."""
+    """torch.compile of the decode step: the chunk size fixed per graph, the span dynamic
+    (one compile per chunk size; on cuda a CUDA graph per span bucket)."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")  # kept across starts
     mode = "reduce-overhead" if cuda else None
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from core.backends import Scores
+from core.backends import SampleCheck, Scores
 from core.sampling import SamplingConfig
 from models.sampling_torch import device_scores
 
@@ -70,8 +70,9 @@ class TorchTarget:
         return len(self.cached_ids)
 
     @torch.inference_mode()
-    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig) -> Scores:
-        return device_scores(self.logits(tokens, n_rows), sampling)
+    def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
+              check: SampleCheck | None = None) -> Scores:
+        return device_scores(self.logits(tokens, n_rows), sampling, check)
 
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:

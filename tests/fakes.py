@@ -47,8 +47,8 @@ class FakeTarget(Threads):
     def cached_ids(self) -> list[int]:
         return self.cache
 
-    def score(self, tokens, n_rows, sampling):
-        return Scores.from_logits(self.logits(tokens, n_rows), sampling)
+    def score(self, tokens, n_rows, sampling, check=None):
+        return Scores.from_logits(self.logits(tokens, n_rows), sampling, check)
 
     def logits(self, tokens, n_rows):
         self.cache.extend(tokens)

@@ -31,11 +31,11 @@ def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
 class DeviceRowsTarget(FakeTarget):
     """A fake whose rows go through the torch targets' device-side transform."""
 
-    def score(self, tokens, n_rows, sampling):
+    def score(self, tokens, n_rows, sampling, check=None):
         import torch
 
         from models.sampling_torch import device_scores
-        return device_scores(torch.from_numpy(self.logits(tokens, n_rows)), sampling)
+        return device_scores(torch.from_numpy(self.logits(tokens, n_rows)), sampling, check)
 
 
 def sample_joint(method: str, sampling: SamplingConfig, gamma: int, P, Q, n=N_SAMPLES,

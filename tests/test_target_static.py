@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.backends import Scores
+from core.backends import SampleCheck, Scores
 from core.engine import GenConfig
-from core.sampling import SamplingConfig, logits_to_probs
+from core.sampling import DRAW, Noise, SamplingConfig, logits_to_probs, mix32, noise_key, uniforms
 from models.catalog import get_pair, target_source
 from models.convert import converted_dir
 from models.sampling_torch import device_scores
@@ -79,11 +79,36 @@ def test_device_transform_equals_numpy(sampling):
     logits = np.random.default_rng(0).normal(0, 3, (5, 300)).astype(np.float32)
     ours = torch_probs(torch.from_numpy(logits), sampling).numpy()
     np.testing.assert_allclose(ours, logits_to_probs(logits, sampling), atol=1e-6)
-    ref = Scores.from_logits(logits, sampling).p_target
-    np.testing.assert_allclose(device_scores(torch.from_numpy(logits), sampling).p_target, ref,
-                               atol=1e-6)
     assert device_scores(torch.from_numpy(logits), SamplingConfig()).choice == \
         logits.argmax(-1).tolist()
+
+
+def test_noise_is_the_same_bits_in_numpy_and_torch():
+    rng = np.random.default_rng(1)
+    for seed in [0, 1, 2**32 - 1, 2**32 + 5, 2**63 - 1, int(rng.integers(2**62))]:
+        pos = rng.integers(0, 2**31, 50)
+        tokens = rng.integers(0, 2**31, 50)
+        a = uniforms(noise_key(seed, DRAW, pos.astype(np.uint64))[:, None],
+                     mix32(tokens.astype(np.uint64))[None, :])
+        b = uniforms(noise_key(seed, DRAW, torch.from_numpy(pos))[:, None],
+                     mix32(torch.from_numpy(tokens))[None, :])
+        assert (a == b.numpy()).all() and 0 < a.min() and a.max() < 1
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_device_sampled_scores_equal_the_reference(sampling):
+    """The device reduction of a sampled verify (p of the draft tokens, residual and bonus
+    draws by the shared noise) gives core/verify.sampled_scores' answer, row for row."""
+    rng = np.random.default_rng(2)
+    for trial in range(20):
+        logits = rng.normal(0, 3, (6, 500)).astype(np.float32)
+        q = logits_to_probs(rng.normal(0, 3, (5, 500)).astype(np.float32), sampling)
+        draft = [int(rng.choice(500, p=row)) for row in q]
+        check = SampleCheck(draft, q, Noise(trial), 100 + trial)
+        ref = Scores.from_logits(logits, sampling, check)
+        ours = device_scores(torch.from_numpy(logits), sampling, check)
+        np.testing.assert_allclose(ours.p_draft, ref.p_draft, rtol=1e-5)
+        assert (ours.recovered, ours.bonus) == (ref.recovered, ref.bonus)
 
 
 @pytest.fixture(scope="module")
