@@ -124,7 +124,8 @@ class Budget:
 
 def device_budget(device: str, base_bytes: int = 2, group: int | None = None) -> Budget:
     """The Budget of `device` now: free and total GPU memory on cuda, available RAM on the CPU."""
-    free, total, where = device_memory(device)
+    free, where = free_bytes(device)
+    total = device_memory(device)[1] if free is not None else None
     return Budget(device, free, total, base_bytes, group, where)
 
 
