@@ -64,18 +64,12 @@ def _first(c: dict, *keys: str, default: int | None = None) -> int:
 
 
 @dataclass(frozen=True)
-class ModelDims:
-    """The sizes of a decoder-only target that decide its memory."""
-    params: int
-    hidden: int
-    layers: int
-    vocab: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    experts: int = 1
-    gated_mlp: bool = True
+class ModelDims(Shape):
+    """A Shape and the memory it takes: weights per precision, KV cache, working memory."""
+
+    @property
+    def params(self) -> int:
+        return self.parameters()
 
     def linears(self) -> list[tuple[int, int, int]]:
         """(out_features, in_features, how many) of every quantizable linear layer."""
@@ -155,10 +149,7 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, ctx: int, dtyp
 
 def model_dims(config: dict) -> ModelDims:
     """ModelDims of a llama / mistral / qwen2 / gemma3 style config.json (nested text_config too)."""
-    s = Shape.from_config(config)
-    return ModelDims(params=s.parameters(), hidden=s.hidden, layers=s.layers, vocab=s.vocab,
-                     intermediate=s.intermediate, heads=s.heads, kv_heads=s.kv_heads,
-                     head_dim=s.head_dim, experts=s.experts, gated_mlp=s.gated_mlp)
+    return ModelDims.from_config(config)
 
 
 def margin_bytes(total: int | None) -> int:

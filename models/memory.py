@@ -13,6 +13,8 @@ from models.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_byte
 
 MEMINFO = Path("/proc/meminfo")
 DTYPE_NAMES = {1: "int8", 2: "bf16", 4: "fp32"}
+DTYPE_LABELS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
@@ -102,6 +104,13 @@ class Budget:
     base_bytes: int = 2
     group: int | None = None
     where: str = ""
+    dtype: str | None = None  # the base dtype's name, for labels (fp16 and bf16 are both 2 bytes)
+
+    def label(self, kind: str) -> str:
+        """How a precision is shown: 'none' as the dtype it runs in."""
+        if kind != "none":
+            return kind
+        return DTYPE_LABELS.get(self.dtype) or precision_label(kind, self.base_bytes)
 
     @property
     def cuda(self) -> bool:
@@ -122,11 +131,12 @@ class Budget:
         return max_context(lambda ctx: self.fits(dims, kind, ctx))
 
 
-def device_budget(device: str, base_bytes: int = 2, group: int | None = None) -> Budget:
-    """The Budget of `device` now: free and total GPU memory on cuda, available RAM on the CPU."""
+def device_budget(device: str, dtype: str = "bfloat16", group: int | None = None) -> Budget:
+    """The Budget of `device` now for a target in `dtype` (a torch dtype's name): free and total
+    GPU memory on cuda, available RAM on the CPU."""
     free, where = free_bytes(device)
     total = device_memory(device)[1] if free is not None else None
-    return Budget(device, free, total, base_bytes, group, where)
+    return Budget(device, free, total, DTYPE_BYTES[dtype], group, where, dtype)
 
 
 def pick_window(dims: ModelDims, want: int, budget: Budget, kinds=PRECISIONS) -> tuple[int, str]:
@@ -164,7 +174,7 @@ def pick_quant(dims: ModelDims, ctx: int, budget: Budget, cpu_choice=None, runs=
     fits = tuple(k for k in PRECISIONS if k in runs and budget.fits(dims, k, ctx))
     if not fits:
         raise DoesNotFit(_refusal(dims, ctx, budget))
-    label = lambda k: precision_label(k, budget.base_bytes)  # noqa: E731
+    label = budget.label
     room = "free memory unknown" if budget.free is None else \
         f"{budget.free / GIB:.1f} GiB free on {budget.where or budget.device}"
     table = _table(dims, ctx, budget, needed)
@@ -185,7 +195,7 @@ def pick_quant(dims: ModelDims, ctx: int, budget: Budget, cpu_choice=None, runs=
 
 def _table(dims: ModelDims, ctx: int, budget: Budget, needed: dict[str, int]) -> str:
     b = budget.base_bytes
-    return (f"[at {ctx} tokens: " + ", ".join(f"{precision_label(k, b)} {needed[k] / GIB:.1f}" for k in PRECISIONS)
+    return (f"[at {ctx} tokens: " + ", ".join(f"{budget.label(k)} {needed[k] / GIB:.1f}" for k in PRECISIONS)
             + f" GiB, each with {dims.kv_bytes(ctx, b) / GIB:.1f} GiB KV cache, "
             f"{dims.work_bytes(ctx, b) / GIB:.1f} GiB working memory and {budget.margin / GIB:.1f} GiB margin]")
 

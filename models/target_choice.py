@@ -21,7 +21,6 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
     default min(trained window, 8192), shrunk to what fits beside the best precision that still
     holds 4096 tokens (models/memory.pick_window: weights, KV cache, working memory, margin)."""
     from models.memory import DEFAULT_CTX, device_budget, model_dims, pick_window
-    from models.target_torch import DTYPES
 
     config = json.loads((Path(model_dir) / "config.json").read_text())
     trained = trained_window(config)
@@ -32,7 +31,7 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
         return asked, "as asked"
     want = min(trained, DEFAULT_CTX)
     default = f"the default, min(trained window {trained}, {DEFAULT_CTX})"
-    budget = device_budget(device, DTYPES[dtype].itemsize, group)
+    budget = device_budget(device, dtype, group)
     if budget.free is None:
         return want, default
     kinds = _running(device, dtype) if quant == "auto" else (quant,)
@@ -133,7 +132,7 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
         raise ValueError(f"--target-quant must be one of {', '.join(QUANT_CHOICES)}, "
                          f"got '{choice}'")
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
-    budget = device_budget(device, DTYPES[dtype].itemsize, group)
+    budget = device_budget(device, dtype, group)
     runs = [k for k in ("none", "int8", "int4") if supported(k, device, DTYPES[dtype])[0]]
     if choice != "auto":
         ok, why = supported(choice, device, DTYPES[dtype])

@@ -92,6 +92,11 @@ def test_auto_counts_the_kv_cache_of_the_context():
     assert pick_quant(dims, 8192, card(18)).kind == "int8"
 
 
+def test_float16_is_labelled_fp16():
+    pick = pick_quant(pair_dims("llama3.1-8b-1b"), 4096, Budget("cuda", 24 * GIB, 24 * GIB, dtype="float16"))
+    assert pick.reason.startswith("picked fp16 (") and "fp16 17.9" in pick.reason
+
+
 def test_auto_picks_only_what_runs():
     dims = pair_dims("llama3.1-8b-1b")  # a GPU without int4 (before sm80): int8 or nothing
     assert pick_quant(dims, 4096, card(12), runs=("none", "int8")).kind == "int8"
