@@ -82,7 +82,8 @@ def list_pairs(as_json: bool) -> int:
     head = ("NAME", "TARGET", "DRAFT", "DOWNLOAD", "CTX", "BF16", "INT8", "INT4", "USE", "GATED", "TOKENIZER",
             "ON DISK")
     table = [head] + [(r["name"], r["target_repo"] or "(embedded)", _draft_label(r), _gb(r["download_gb"], "GB"),
-                       r["vram_ctx"] or "-", *(_gb((r["vram_gib"] or {}).get(k), "GiB") for k in ("bf16", "int8", "int4")),
+                       r["vram_ctx"] or "-",
+                       *(_gb((r["vram_gib"] or {}).get(k), "GiB") for k in ("bf16", "int8", "int4")),
                        _use(r), "yes" if r["gated"] else "no",
                        "same" if r["same_tokenizer"] else "different", "yes" if r["downloaded"] else "no")
                       for r in rows]

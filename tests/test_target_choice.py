@@ -103,7 +103,8 @@ def test_default_window_is_the_trained_capped_at_8192_and_by_memory(monkeypatch,
     from models import memory
     (tmp_path / "config.json").write_text(json.dumps(LLAMA31_8B))
     where = f"cuda:0 (Fake, {gib:.1f} GiB total)"
-    monkeypatch.setattr(memory, "device_memory", lambda device: (int((gib - 0.5) * memory.GIB), gib * memory.GIB, where))
+    free = int((gib - 0.5) * memory.GIB)
+    monkeypatch.setattr(memory, "device_memory", lambda device: (free, gib * memory.GIB, where))
     monkeypatch.setattr(choice, "_running", lambda device, dtype: memory.PRECISIONS)
     got, reason = choice.pick_ctx(tmp_path, "cuda:0", "bfloat16")
     assert got == ctx and why in reason
