@@ -52,8 +52,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "(auto: on cuda the best that fits the free memory, bf16 > int8 > "
                         "int4; on the CPU the fastest measured; default from DUO_TARGET_QUANT)")
     p.add_argument("--ctx-size", type=int, default=None,
-                   help="context window in target tokens (default: the target's trained "
-                        "window, capped by memory); the draft's is sized from it")
+                   help="context window in target tokens (default: min(trained window, "
+                        "8192), shrunk to what fits); the draft's is sized from it")
     p.add_argument("--draft-format", default="original",
                    help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
                         "smaller draft: faster prefill, for long prompts)")

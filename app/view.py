@@ -164,16 +164,17 @@ def final_panel(stats: dict) -> str:
 def sizes_line(name: str) -> str:
     """GPU memory each precision of the pair's target needs, and what this machine would use."""
     from models.catalog import PairError, get_pair
-    from models.memory import DEFAULT_CTX, free_bytes, precision_sizes
+    from models.memory import free_bytes, pair_sizes
 
     try:
-        vram, use = precision_sizes(get_pair(name), free_bytes("cuda")[0])
+        sizes = pair_sizes(get_pair(name), free_bytes("cuda")[0])
     except PairError as e:
         return f"**target memory**: unknown ({e})"
+    vram, use = sizes["vram"], sizes["use"]
     if vram is None:
         return f"**target memory**: unknown (no config); this machine: {use}"
     need = " · ".join(f"{k} {v} GiB" for k, v in vram.items())
-    return f"**target memory at {DEFAULT_CTX} tokens**: {need} · **this machine uses**: {use}"
+    return f"**target memory at {sizes['window']} tokens**: {need} · **this machine uses**: {use}"
 
 
 def placement_line(placement: dict, name: str) -> str:

@@ -60,7 +60,7 @@ class Pair:
         self.target_dir = model_dir
         group = 32 if kind == "gguf" else None  # GGUF blocks are 32 wide: int4 stays near-exact
         n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, self.opts.n_ctx,
-                                          self.opts.target_quant)
+                                          self.opts.target_quant, group)
         quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, n_ctx,
                                                    self.opts.target_quant, group, say)
         say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant}, "

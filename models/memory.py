@@ -1,5 +1,6 @@
-"""Will the target fit? Parameter count from a config.json, and free GPU memory or available RAM,
-checked before a 7B target is loaded so the user gets a sentence instead of an out-of-memory crash."""
+"""Will the target fit? Free GPU memory or available RAM against what the target needs
+(models/footprint.py), and the precision and window picked from them, so the user gets a
+sentence instead of an out-of-memory crash."""
 from __future__ import annotations
 
 import json
@@ -7,56 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.catalog import PairError
+from models.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_bytes,  # noqa: F401
+                              max_context, model_dims, size_config, trained_window)
 
-GIB = 1024 ** 3
 MEMINFO = Path("/proc/meminfo")
-# Families whose MLP has two matrices (up, down); the rest (Llama, Qwen, Gemma, ...) gate with three.
-UNGATED_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
 DTYPE_NAMES = {1: "int8", 2: "bf16", 4: "fp32"}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The sizes of a decoder-only transformer that decide its parameter count."""
-    hidden: int
-    layers: int
-    vocab: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    experts: int = 1
-    gated_mlp: bool = True
-    tied: bool = False
-
-    @classmethod
-    def from_config(cls, config: dict) -> "Shape":
-        c = config.get("text_config") or config
-        h = _first(c, "hidden_size", "n_embd", "d_model")
-        heads = _first(c, "num_attention_heads", "n_head", default=max(1, h // 128))
-        return cls(hidden=h, layers=_first(c, "num_hidden_layers", "n_layer", "num_layers"),
-                   vocab=_first(c, "vocab_size"),
-                   intermediate=_first(c, "intermediate_size", "n_inner", "ffn_dim", default=4 * h),
-                   heads=heads, kv_heads=_first(c, "num_key_value_heads", default=heads),
-                   head_dim=_first(c, "head_dim", default=h // heads),
-                   experts=_first(c, "num_local_experts", "num_experts", default=1),
-                   gated_mlp=c.get("model_type") not in UNGATED_MLP,
-                   tied=bool(config.get("tie_word_embeddings", c.get("tie_word_embeddings", False))))
-
-    def parameters(self) -> int:
-        attn = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
-        mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate * self.experts
-        embed = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * (attn + mlp + 2 * self.hidden) + embed + self.hidden
-
-
-def _first(c: dict, *keys: str, default: int | None = None) -> int:
-    for k in keys:
-        if c.get(k):
-            return int(c[k])
-    if default is None:
-        raise PairError(f"config.json has none of {', '.join(keys)}; cannot size the model")
-    return default
+DTYPE_LABELS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
@@ -86,21 +44,27 @@ def check_folder_fits(folder: Path, device: str, dtype_bytes: int) -> None:
 
 def free_bytes(device: str) -> tuple[int | None, str]:
     """Free memory on the device the target goes to: GPU memory for cuda*, available RAM for cpu."""
+    free, _, where = device_memory(device)
+    return free, where
+
+
+def device_memory(device: str) -> tuple[int | None, int | None, str]:
+    """(free, total, where): GPU memory for cuda*, available RAM (no total) for cpu."""
     if device.startswith("cuda"):
-        return _cuda_free(device)
+        return _cuda_memory(device)
     if device == "cpu":
-        return meminfo_available(), "CPU RAM"
-    return None, device
+        return meminfo_available(), None, "CPU RAM"
+    return None, None, device
 
 
-def _cuda_free(device: str) -> tuple[int | None, str]:
+def _cuda_memory(device: str) -> tuple[int | None, int | None, str]:
     import torch
     if not torch.cuda.is_available():
-        return None, device
+        return None, None, device
     dev = torch.device(device)
     free, total = torch.cuda.mem_get_info(dev)
     name = torch.cuda.get_device_name(dev)
-    return free, f"{device} ({name}, {total / GIB:.1f} GiB total)"
+    return free, total, f"{device} ({name}, {total / GIB:.1f} GiB total)"
 
 
 def meminfo_available(path: Path | None = None) -> int | None:
@@ -115,13 +79,14 @@ def meminfo_available(path: Path | None = None) -> int | None:
     return None
 
 
-# ---- precision picker (issue 13): weights per precision + KV cache + margin vs free memory ----
+# ---- precision picker: weights in each precision + KV cache + working memory + margin --------
 
 PRECISIONS = ("none", "int8", "int4")  # best first; "none" runs in the unquantized dtype
-DEFAULT_CTX = 4096
-DEFAULT_MARGIN = GIB  # CUDA context, activations, logits, compile workspace
-INT4_GROUP = 128      # int4 weights carry a bf16 scale and zero per group of 128
-SCALE_BYTES = 2       # int8 carries one bf16 scale per output row
+DEFAULT_CTX = 8192  # the default window: min(trained window, this), shrunk to what fits
+FLOOR_CTX = 4096    # a precision is kept while it holds this many tokens (or the trained window)
+CPU_MARGIN = GIB    # RAM left unused on the CPU
+MIN_CTX = 64        # the shortest window --ctx-size takes
+GGUF_GROUP = 32     # int4 group of a target converted from a GGUF (its blocks are 32 wide)
 
 
 def precision_label(kind: str, base_bytes: int = 2) -> str:
@@ -130,72 +95,59 @@ def precision_label(kind: str, base_bytes: int = 2) -> str:
 
 
 @dataclass(frozen=True)
-class ModelDims:
-    """What sizes a target without loading it: parameters (and how many sit in quantizable linear
-    layers; embeddings and lm_head stay unquantized) and the KV cache per token of context."""
-    params: int
-    linear_params: int
-    layers: int
-    kv_heads: int
-    head_dim: int
-    sliding_window: int | None = None  # tokens a sliding-window layer keeps
-    sliding_layers: int = 0
+class Budget:
+    """The memory a target may take: free bytes on its device (None: unknown), the card's
+    total (sizes the margin), its base dtype's width and int4 group (None: 128)."""
+    device: str
+    free: int | None
+    total: int | None = None
+    base_bytes: int = 2
+    group: int | None = None
+    where: str = ""
+    dtype: str | None = None  # the base dtype's name, for labels (fp16 and bf16 are both 2 bytes)
 
-    def kv_bytes(self, ctx: int, dtype_bytes: int = 2) -> int:
-        full = kv_cache_bytes(self.layers - self.sliding_layers, self.kv_heads, self.head_dim, ctx, dtype_bytes)
-        window = min(ctx, self.sliding_window or ctx)
-        return full + kv_cache_bytes(self.sliding_layers, self.kv_heads, self.head_dim, window, dtype_bytes)
+    def label(self, kind: str) -> str:
+        """How a precision is shown: 'none' as the dtype it runs in."""
+        if kind != "none":
+            return kind
+        return DTYPE_LABELS.get(self.dtype) or precision_label(kind, self.base_bytes)
 
-    def weights(self, kind: str, base_bytes: int = 2) -> int:
-        return weights_bytes(self.linear_params, kind, base_bytes) + (self.params - self.linear_params) * base_bytes
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
 
-    def needed(self, kind: str, ctx: int, margin: int = DEFAULT_MARGIN, base_bytes: int = 2) -> int:
-        return self.weights(kind, base_bytes) + self.kv_bytes(ctx, base_bytes) + margin
+    @property
+    def margin(self) -> int:
+        return margin_bytes(self.total or self.free) if self.cuda else CPU_MARGIN
 
+    def needed(self, dims: ModelDims, kind: str, ctx: int) -> int:
+        return dims.needed(kind, ctx, self.margin, self.base_bytes, self.group, padded=self.cuda)
 
-def model_dims(config: dict) -> ModelDims:
-    """ModelDims of a llama / mistral / qwen2 / gemma3 style config.json (nested text_config too)."""
-    shape = Shape.from_config(config)
-    c = config.get("text_config") or config
-    linear = shape.parameters() - shape.vocab * shape.hidden * (1 if shape.tied else 2) \
-        - shape.layers * 2 * shape.hidden - shape.hidden
-    types = c.get("layer_types") or []
-    window = c.get("sliding_window") if c.get("use_sliding_window", True) else None
-    sliding = sum(t == "sliding_attention" for t in types) if window else 0
-    return ModelDims(params=shape.parameters(), linear_params=linear, layers=shape.layers,
-                     kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-                     sliding_window=window if sliding else None, sliding_layers=sliding)
+    def fits(self, dims: ModelDims, kind: str, ctx: int) -> bool:
+        return self.free is None or self.needed(dims, kind, ctx) <= self.free
 
-
-SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-             "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings", "num_local_experts",
-             "num_experts", "sliding_window", "use_sliding_window", "layer_types")
+    def longest(self, dims: ModelDims, kind: str) -> int:
+        """The longest window that fits in `kind` (0 when none does)."""
+        return max_context(lambda ctx: self.fits(dims, kind, ctx))
 
 
-def size_config(config: dict) -> dict:
-    """The part of a config.json that model_dims reads (the catalog's target_config)."""
-    c = config.get("text_config") or config
-    out = {k: c[k] for k in SIZE_KEYS if c.get(k) is not None}
-    if "tie_word_embeddings" in config:
-        out["tie_word_embeddings"] = config["tie_word_embeddings"]
-    return out
+def device_budget(device: str, dtype: str = "bfloat16", group: int | None = None) -> Budget:
+    """The Budget of `device` now for a target in `dtype` (a torch dtype's name): free and total
+    GPU memory on cuda, available RAM on the CPU."""
+    free, where = free_bytes(device)
+    total = device_memory(device)[1] if free is not None else None
+    return Budget(device, free, total, DTYPE_BYTES[dtype], group, where, dtype)
 
 
-def weights_bytes(n_params: int, kind: str, base_bytes: int = 2) -> int:
-    """Bytes of n_params weights in one precision: none = base_bytes (bf16 2, fp32 4) per
-    parameter, int8 ~1 B + a scale per row (~0.1%), int4 0.5 B + scale and zero per group of 128."""
-    if kind == "none":
-        return n_params * base_bytes
-    if kind == "int8":
-        return n_params + n_params * SCALE_BYTES // 2048
-    if kind == "int4":
-        return n_params // 2 + n_params * 2 * SCALE_BYTES // INT4_GROUP
-    raise ValueError(f"unknown precision '{kind}'; known: {', '.join(PRECISIONS)}")
-
-
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, ctx: int, dtype_bytes: int = 2) -> int:
-    """Keys and values of ctx tokens in every layer."""
-    return 2 * n_layers * n_kv_heads * head_dim * ctx * dtype_bytes
+def pick_window(dims: ModelDims, want: int, budget: Budget, kinds=PRECISIONS) -> tuple[int, str]:
+    """(window, precision): `want` tokens (or fewer) in the best precision holding at least
+    min(want, FLOOR_CTX); with none, what the last one (int4) holds (0: not even one token)."""
+    fit = 0
+    for kind in kinds:
+        fit = min(want, budget.longest(dims, kind))
+        if fit >= min(want, FLOOR_CTX):
+            return fit, kind
+    return fit, kinds[-1]
 
 
 class DoesNotFit(PairError):
@@ -212,77 +164,88 @@ class QuantPick:
     reason: str
 
 
-def pick_quant(dims: ModelDims, ctx: int, free: int | None, device: str, margin: int = DEFAULT_MARGIN,
-               base_bytes: int = 2, cpu_choice=None, where: str | None = None) -> QuantPick:
-    """The best precision whose weights, KV cache for ctx tokens and margin fit `free` bytes
-    (bf16 > int8 > int4) on a GPU. On the CPU the fastest one that fits is picked by measurement:
-    cpu_choice(fits) -> kind does that (or is the kind itself); without it kind is None.
-    Raises DoesNotFit when nothing fits, naming the largest context that would at int4."""
-    where = where or device
-    needed = {k: dims.needed(k, ctx, margin, base_bytes) for k in PRECISIONS}
-    fits = tuple(k for k in PRECISIONS if free is None or needed[k] <= free)
+def pick_quant(dims: ModelDims, ctx: int, budget: Budget, cpu_choice=None, runs=PRECISIONS) -> QuantPick:
+    """The best precision whose weights, KV cache for ctx tokens, working memory and margin fit
+    the budget (bf16 > int8 > int4) on a GPU. On the CPU the fastest one that fits is picked by
+    measurement: cpu_choice(fits) -> kind does that (or is the kind itself); without it kind is
+    None. Only the kinds in `runs` (those that run here) are picked. Raises DoesNotFit when
+    nothing fits, naming the longest context that would in int4."""
+    needed = {k: budget.needed(dims, k, ctx) for k in PRECISIONS}
+    fits = tuple(k for k in PRECISIONS if k in runs and budget.fits(dims, k, ctx))
     if not fits:
-        raise DoesNotFit(_refusal(dims, ctx, free, where, margin, base_bytes))
-    label = lambda k: precision_label(k, base_bytes)  # noqa: E731
-    room = "free memory unknown" if free is None else f"{free / GIB:.1f} GiB free on {where}"
-    table = (f"[at {ctx} tokens: " + ", ".join(f"{label(k)} {needed[k] / GIB:.1f}" for k in PRECISIONS)
-             + f" GiB, each with {dims.kv_bytes(ctx, base_bytes) / GIB:.1f} GiB KV cache and "
-             f"{margin / GIB:.1f} GiB margin]")
-    if device == "cpu":
+        raise DoesNotFit(_refusal(dims, ctx, budget))
+    label = budget.label
+    room = "free memory unknown" if budget.free is None else \
+        f"{budget.free / GIB:.1f} GiB free on {budget.where or budget.device}"
+    table = _table(dims, ctx, budget, needed)
+    if budget.device == "cpu":
         kind = cpu_choice(fits) if callable(cpu_choice) else cpu_choice
         if kind is None:
-            return QuantPick(None, needed, fits, free, f"cpu: the fastest of {', '.join(map(label, fits))} "
-                                                       f"by measurement ({room}) {table}")
+            return QuantPick(None, needed, fits, budget.free, f"cpu: the fastest of "
+                             f"{', '.join(map(label, fits))} by measurement ({room}) {table}")
         if kind not in fits:
             raise DoesNotFit(f"{label(kind)} needs {needed[kind] / GIB:.1f} GiB, {room} {table}")
-        return QuantPick(kind, needed, fits, free, f"cpu: picked {label(kind)}, measured fastest ({room}) {table}")
+        return QuantPick(kind, needed, fits, budget.free,
+                         f"cpu: picked {label(kind)}, measured fastest ({room}) {table}")
     kind = fits[0]
-    better = PRECISIONS[:PRECISIONS.index(kind)]
-    why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB" for k in better)
+    why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB" for k in PRECISIONS[:PRECISIONS.index(kind)])
     reason = f"picked {label(kind)} ({needed[kind] / GIB:.1f} GiB{': ' + why if why else ''}; {room}) {table}"
-    return QuantPick(kind, needed, fits, free, reason)
+    return QuantPick(kind, needed, fits, budget.free, reason)
 
 
-def _refusal(dims: ModelDims, ctx: int, free: int, where: str, margin: int, base_bytes: int) -> str:
-    weights = dims.weights("int4", base_bytes)
-    head = (f"the target does not fit {free / GIB:.1f} GiB free on {where}, not even in int4: it needs "
-            f"{dims.needed('int4', ctx, margin, base_bytes) / GIB:.1f} GiB at {ctx} tokens "
-            f"({weights / GIB:.1f} GiB weights, {dims.kv_bytes(ctx, base_bytes) / GIB:.1f} GiB KV cache, "
-            f"{margin / GIB:.1f} GiB margin)")
-    best = max_context(dims, free - weights - margin, base_bytes)
+def _table(dims: ModelDims, ctx: int, budget: Budget, needed: dict[str, int]) -> str:
+    b = budget.base_bytes
+    return (f"[at {ctx} tokens: " + ", ".join(f"{budget.label(k)} {needed[k] / GIB:.1f}" for k in PRECISIONS)
+            + f" GiB, each with {dims.kv_bytes(ctx, b) / GIB:.1f} GiB KV cache, "
+            f"{dims.work_bytes(ctx, b) / GIB:.1f} GiB working memory and {budget.margin / GIB:.1f} GiB margin]")
+
+
+def _refusal(dims: ModelDims, ctx: int, budget: Budget) -> str:
+    b, where = budget.base_bytes, budget.where or budget.device
+    weights = dims.weights("int4", b, budget.group, budget.cuda)
+    head = (f"the target does not fit {budget.free / GIB:.1f} GiB free on {where}, not even in int4: it "
+            f"needs {budget.needed(dims, 'int4', ctx) / GIB:.1f} GiB at {ctx} tokens ({weights / GIB:.1f} GiB "
+            f"weights, {dims.kv_bytes(ctx, b) / GIB:.1f} GiB KV cache, {dims.work_bytes(ctx, b) / GIB:.1f} GiB "
+            f"working memory, {budget.margin / GIB:.1f} GiB margin)")
+    best = budget.longest(dims, "int4")
     if best < 1:
         return (f"{head}; its int4 weights and the margin alone do not fit: pick a smaller pair "
                 f"(python scripts/download_models.py --list) or free some memory")
-    return f"{head}; in int4 it fits with a context of at most {best} tokens"
-
-
-def max_context(dims: ModelDims, room: int, dtype_bytes: int = 2) -> int:
-    """The longest context whose KV cache fits `room` bytes (0 when none does)."""
-    if room <= 0:
-        return 0
-    lo, hi = 0, 1 << 24
-    while lo < hi:  # kv_bytes is monotonic; sliding windows make it piecewise linear
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if dims.kv_bytes(mid, dtype_bytes) <= room else (lo, mid - 1)
-    return lo
+    return f"{head}; in int4 it fits with a context of at most {best} tokens (--ctx-size {best})"
 
 
 # ---- per pair: what each precision needs, and what this machine would use ------------------
 
-def precision_sizes(s, gpu_free: int | None) -> tuple[dict | None, str]:
-    """GiB each precision needs on a GPU (from the catalog's target_config, else a downloaded
-    config.json), and what this machine would use: 'cpu' without a GPU, else what `auto` picks."""
+def pair_window(config: dict) -> int:
+    """The default window of a target: min(trained window, DEFAULT_CTX)."""
+    return min(trained_window(config), DEFAULT_CTX)
+
+
+def pair_sizes(s, gpu_free: int | None, gpu_total: int | None = None) -> dict:
+    """For --list and the app: the pair's default window, the GiB each precision needs there on
+    a GPU (weights, KV cache, working memory; the margin comes on top) and what this machine
+    would use: 'cpu' without a GPU, else the precision and window `auto` picks."""
     try:
-        dims = model_dims(target_config(s))
+        config = target_config(s)
+        dims = model_dims(config)
     except PairError:
-        return None, "cpu" if gpu_free is None else "-"
-    vram = {precision_label(k): round(dims.needed(k, DEFAULT_CTX) / GIB, 1) for k in PRECISIONS}
-    if gpu_free is None:
-        return vram, "cpu"
-    try:
-        return vram, precision_label(pick_quant(dims, DEFAULT_CTX, gpu_free, "cuda").kind)
-    except DoesNotFit:
-        return vram, "too big"
+        return {"window": None, "vram": None, "use": "cpu" if gpu_free is None else "-", "use_ctx": None}
+    want = pair_window(config)
+    group = GGUF_GROUP if str(s.target.get("file", "")).endswith(".gguf") else None
+    bare = Budget("cuda", None, group=group)
+    vram = {precision_label(k): round((bare.needed(dims, k, want) - bare.margin) / GIB, 1) for k in PRECISIONS}
+    out = {"window": want, "vram": vram, "use": "cpu", "use_ctx": None}
+    if gpu_free is not None:
+        ctx, kind = pick_window(dims, want, Budget("cuda", gpu_free, gpu_total, group=group))
+        out.update(use=precision_label(kind) if ctx >= MIN_CTX else "too big",
+                   use_ctx=ctx if ctx >= MIN_CTX else None)
+    return out
+
+
+def precision_sizes(s, gpu_free: int | None, gpu_total: int | None = None) -> tuple[dict | None, str]:
+    """(GiB per precision, what this machine would use) of pair_sizes."""
+    r = pair_sizes(s, gpu_free, gpu_total)
+    return r["vram"], r["use"]
 
 
 def target_config(s) -> dict:

@@ -105,6 +105,16 @@ def quantize(model: torch.nn.Module, kind: str, device: str, group: int | None =
     move = None if torch.device(device).type == "cpu" else device
     config = config_for(kind, device, group or group_size(linears))
     q.quantize_(model, config, filter_fn=lambda m, fqn: m in linears, device=move)
+    inductor_settings()
+
+
+def inductor_settings() -> None:
+    """torchao's recommended inductor settings for quantized weights (the int8 matmul fused with
+    its scale, coordinate-descent tuning). quantize_ sets them; a target loaded from the cache
+    must set them too, or its compiled forward runs the int8 matmul unfused."""
+    _torchao()
+    from torchao.quantization.utils import recommended_inductor_config_setter
+    recommended_inductor_config_setter()
 
 
 def config_for(kind: str, device: str, group: int) -> object:
@@ -247,6 +257,7 @@ def load_quantized(folder: str | Path, kind: str, device: str, dtype: torch.dtyp
     if unexpected or missing:
         raise ValueError(f"{folder}: weights do not match the model (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")
+    inductor_settings()
     return model.to(device).eval()
 
 

@@ -8,26 +8,19 @@ import json
 from pathlib import Path
 
 from models.convert import cache_root
+from models.memory import MIN_CTX, trained_window
 
 COMPILE_CHOICES = ("auto", "on", "off")
 QUANT_CHOICES = ("auto", "none", "int8", "int4")
 PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
-MIN_CTX = 64
-
-
-def trained_window(config: dict) -> int:
-    c = config.get("text_config") or config
-    return int(c.get("max_position_embeddings") or 4096)
 
 
 def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
-             quant: str = "auto") -> tuple[int, str]:
-    """(context window, why) for `--ctx-size`: what was asked, within the trained window;
-    by default the trained window, capped by the memory left beside the weights (at the
-    best precision that still leaves room for the usual 4096 tokens)."""
-    from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, PRECISIONS, free_bytes,
-                               max_context, model_dims)
-    from models.target_torch import DTYPES
+             quant: str = "auto", group: int | None = None) -> tuple[int, str]:
+    """(context window, why) for `--ctx-size`: what was asked, within the trained window; by
+    default min(trained window, 8192), shrunk to what fits beside the best precision that still
+    holds 4096 tokens (models/memory.pick_window: weights, KV cache, working memory, margin)."""
+    from models.memory import DEFAULT_CTX, device_budget, model_dims, pick_window
 
     config = json.loads((Path(model_dir) / "config.json").read_text())
     trained = trained_window(config)
@@ -36,18 +29,28 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
             raise ValueError(f"--ctx-size must be {MIN_CTX}..{trained} (the target's trained "
                              f"window), got {asked}")
         return asked, "as asked"
-    free, where = free_bytes(device)
-    if free is None:
-        return trained, "the trained window"
-    dims, base = model_dims(config), DTYPES[dtype].itemsize
-    fit = 0
-    for kind in PRECISIONS if quant == "auto" else (quant,):
-        fit = max_context(dims, free - dims.weights(kind, base) - DEFAULT_MARGIN, base)
-        if fit >= min(trained, DEFAULT_CTX):
-            break
-    if fit >= trained:
-        return trained, "the trained window"
-    return max(MIN_CTX, fit), f"what the memory on {where} holds (trained: {trained})"
+    want = min(trained, DEFAULT_CTX)
+    default = f"the default, min(trained window {trained}, {DEFAULT_CTX})"
+    budget = device_budget(device, dtype, group)
+    if budget.free is None:
+        return want, default
+    kinds = _running(device, dtype) if quant == "auto" else (quant,)
+    fit, kind = pick_window(model_dims(config), want, budget, kinds)
+    if fit >= want:
+        return want, default
+    return max(MIN_CTX, fit), f"what {budget.where} holds in {kind} ({default})"
+
+
+def _running(device: str, dtype: str) -> tuple[str, ...]:
+    """The precisions that run on this device in this dtype, best first (on the CPU all of
+    them: the measurement picks among those that run)."""
+    from models.memory import PRECISIONS
+    from models.quant import supported
+    from models.target_torch import DTYPES
+
+    if device == "cpu":
+        return PRECISIONS
+    return tuple(k for k in PRECISIONS if supported(k, device, DTYPES[dtype])[0])
 
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
@@ -62,15 +65,31 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         raise ValueError(f"--target-compile must be one of {', '.join(COMPILE_CHOICES)}, "
                          f"got '{compile}'")
     on = compile == "on" or (compile == "auto" and device.startswith("cuda"))
+    missing = triton_missing() if on and device.startswith("cuda") else None
+    if missing and compile == "on":
+        raise ValueError(f"--target-compile on: {missing}; use --target-compile off (eager)")
     if compile == "auto" and not on:
         on = _cpu_prefers_compiled(model_dir, dtype, n_ctx, progress)
-    if on:
+    if on and not missing:
         target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
                               progress=progress, quant=quant, quant_group=quant_group)
     else:
         target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
-    target.compile_choice = f"{compile}: {_why(compile, device, on)}"
+    why = f"eager, since {missing}" if missing else _why(compile, device, on)
+    target.compile_choice = f"{compile}: {why}"
     return target
+
+
+def triton_missing() -> str | None:
+    """Why torch.compile cannot make kernels for a GPU here (None when it can): inductor writes
+    them in Triton, which Windows lacks unless installed and GPUs before sm70 cannot run."""
+    from torch.utils._triton import has_triton, has_triton_package
+
+    if not has_triton_package():
+        return "Triton is not installed (pip install triton; on Windows triton-windows)"
+    if not has_triton():
+        return "Triton does not run on this GPU (compute capability 7.0 or newer)"
+    return None
 
 
 def _why(compile: str, device: str, on: bool) -> str:
@@ -102,10 +121,10 @@ def compare_paths(model_dir: Path, dtype: str, n_ctx: int) -> dict:
 def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
                     choice: str = "auto", group: int | None = None, progress=None):
     """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits;
-    `auto`: on cuda the best precision whose weights, KV cache and a margin fit the free
-    memory (bf16 > int8 > int4), on the CPU the fastest measured. DoesNotFit (a PairError)
-    says what would fit when nothing does."""
-    from models.memory import GIB, DoesNotFit, free_bytes, model_dims, pick_quant
+    `auto`: on cuda the best precision whose weights, KV cache, working memory and a margin fit
+    the free memory (bf16 > int8 > int4), on the CPU the fastest measured. DoesNotFit (a
+    PairError) says what would fit when nothing does."""
+    from models.memory import GIB, PRECISIONS, DoesNotFit, device_budget, model_dims, pick_quant
     from models.quant import supported
     from models.target_torch import DTYPES
 
@@ -113,22 +132,20 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
         raise ValueError(f"--target-quant must be one of {', '.join(QUANT_CHOICES)}, "
                          f"got '{choice}'")
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
-    free, where = free_bytes(device)
-    base = DTYPES[dtype].itemsize
+    budget = device_budget(device, dtype, group)
     runs = [k for k in ("none", "int8", "int4") if supported(k, device, DTYPES[dtype])[0]]
     if choice != "auto":
         ok, why = supported(choice, device, DTYPES[dtype])
         if not ok:
             raise ValueError(f"--target-quant {choice}: {why}")
-        need = dims.needed(choice, n_ctx, base_bytes=base)
-        if free is not None and need > free:
-            raise DoesNotFit(f"the target in {choice} needs {need / GIB:.1f} GiB at {n_ctx} "
-                             f"tokens; {free / GIB:.1f} GiB free on {where}")
+        if not budget.fits(dims, choice, n_ctx):
+            raise DoesNotFit(f"the target in {choice} needs {budget.needed(dims, choice, n_ctx) / GIB:.1f} "
+                             f"GiB at {n_ctx} tokens; {budget.free / GIB:.1f} GiB free on {budget.where}")
         return choice, "as asked"
     fastest = lambda fits: _cpu_fastest_quant(  # noqa: E731
         model_dir, dtype, n_ctx, [k for k in fits if k in runs], group, progress)
-    pick = pick_quant(dims, n_ctx, free, device, base_bytes=base, where=where,
-                      cpu_choice=fastest if device == "cpu" else None)
+    pick = pick_quant(dims, n_ctx, budget, cpu_choice=fastest if device == "cpu" else None,
+                      runs=runs if device != "cpu" else PRECISIONS)
     if pick.kind not in runs:
         raise ValueError(f"--target-quant auto picked {pick.kind}, which does not run here: "
                          f"{supported(pick.kind, device, DTYPES[dtype])[1]}")

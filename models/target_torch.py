@@ -22,10 +22,14 @@ def pick_device() -> str:
 
 
 def pick_dtype(device: str, name: str = "auto") -> str:
-    """'auto': bfloat16 on cuda; float32 on the CPU, where verifying n tokens at once gives
-    the same logits as n single steps (in 16-bit formats near-ties can flip: see README)."""
+    """'auto': bfloat16 on cuda, float16 on a GPU without bfloat16 (before sm80: an RTX 20xx,
+    a T4); float32 on the CPU, where verifying n tokens at once gives the same logits as n
+    single steps (in 16-bit formats near-ties can flip: see README)."""
     if name == "auto":
-        return "bfloat16" if device.startswith("cuda") else "float32"
+        if not device.startswith("cuda"):
+            return "float32"
+        no_bf16 = torch.cuda.is_available() and not torch.cuda.is_bf16_supported(including_emulation=False)
+        return "float16" if no_bf16 else "bfloat16"
     if name not in DTYPES:
         raise ValueError(f"unknown target dtype '{name}'; known: auto, {', '.join(DTYPES)}")
     return name

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import gguf_header, hub, vocab_compare  # noqa: E402
 from models.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
                             get_pair, read_entries, save_user_entry, weights_complete)
-from models.memory import (DEFAULT_CTX, DEFAULT_MARGIN, GIB, estimate_bytes,  # noqa: E402
-                           free_bytes, precision_sizes, size_config)
+from models.memory import (DEFAULT_CTX, GIB, device_memory, estimate_bytes,  # noqa: E402
+                           pair_sizes, size_config)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -74,34 +74,43 @@ def fail(message: str, code: int) -> int:
 # ---- --list -----------------------------------------------------------------------------------
 
 def list_pairs(as_json: bool) -> int:
-    gpu_free, _ = free_bytes("cuda")
-    rows = [pair_row(s, gpu_free) for s in load_catalog().values()]
+    gpu_free, gpu_total, _ = device_memory("cuda")
+    rows = [pair_row(s, gpu_free, gpu_total) for s in load_catalog().values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = ("NAME", "TARGET", "DRAFT", "DOWNLOAD", "BF16", "INT8", "INT4", "USE", "GATED", "TOKENIZER", "ON DISK")
+    head = ("NAME", "TARGET", "DRAFT", "DOWNLOAD", "CTX", "BF16", "INT8", "INT4", "USE", "GATED", "TOKENIZER",
+            "ON DISK")
     table = [head] + [(r["name"], r["target_repo"] or "(embedded)", _draft_label(r), _gb(r["download_gb"], "GB"),
+                       r["vram_ctx"] or "-",
                        *(_gb((r["vram_gib"] or {}).get(k), "GiB") for k in ("bf16", "int8", "int4")),
-                       r["would_use"], "yes" if r["gated"] else "no",
+                       _use(r), "yes" if r["gated"] else "no",
                        "same" if r["same_tokenizer"] else "different", "yes" if r["downloaded"] else "no")
                       for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
     where = "no GPU here, the target runs on the CPU" if gpu_free is None else \
-        f"the best that fits {gpu_free / GIB:.1f} GiB free on the GPU"
-    print(f"\nBF16/INT8/INT4: GPU memory for the target's weights, its KV cache for {DEFAULT_CTX} tokens and "
-          f"{DEFAULT_MARGIN / GIB:.1f} GiB margin.\nUSE: what --target-quant auto picks on this machine ({where}).")
+        f"the best that fits {gpu_free / GIB:.1f} GiB free on the GPU, with its window"
+    print(f"\nCTX: the default window, min(trained window, {DEFAULT_CTX}). BF16/INT8/INT4: GPU memory for the "
+          f"target's weights, its KV cache for CTX tokens and the forward's working memory; a margin of "
+          f"0.5 GiB + 1/16 of the card comes on top.\nUSE: what --target-quant auto picks on this machine ({where}).")
     return 0
 
 
-def pair_row(s: PairSpec, gpu_free: int | None = None) -> dict:
-    vram, use = precision_sizes(s, gpu_free)
+def pair_row(s: PairSpec, gpu_free: int | None = None, gpu_total: int | None = None) -> dict:
+    sizes = pair_sizes(s, gpu_free, gpu_total)
     return {"name": s.name, "embedded": s.embedded, "target_repo": s.target_repo, "draft_repo": s.draft_repo,
             "draft_file": s.draft_file, "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
             "gated": s.gated, "download_gb": s.extra.get("download_gb"),
             "gpu_gib_bf16": s.extra.get("gpu_gib_bf16"), "quantization": s.extra.get("quantization"),
-            "vram_gib": vram, "vram_ctx": DEFAULT_CTX, "would_use": use, "user": s.user, "note": s.note}
+            "vram_gib": sizes["vram"], "vram_ctx": sizes["window"], "would_use": sizes["use"],
+            "would_use_ctx": sizes["use_ctx"], "user": s.user, "note": s.note}
+
+
+def _use(r: dict) -> str:
+    ctx = r["would_use_ctx"]
+    return f"{r['would_use']} @ {ctx}" if ctx and ctx != r["vram_ctx"] else r["would_use"]
 
 
 def _draft_label(r: dict) -> str:

@@ -185,27 +185,40 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
+def gpu(free_gib: float | None, total_gib: float | None = None):
+    """device_memory of a faked GPU (None: no GPU)."""
+    if free_gib is None:
+        return lambda device: (None, None, device)
+    return lambda device: (int(free_gib * memory.GIB), int((total_gib or free_gib) * memory.GIB), "cuda:0")
+
+
 def test_list_table(user_file, capsys, monkeypatch):
-    monkeypatch.setattr(download_models, "free_bytes", lambda device: (None, device))  # no GPU
+    monkeypatch.setattr(download_models, "device_memory", gpu(None))
     code, out, _ = run(capsys, "--list")
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:3] == ["NAME", "TARGET", "DRAFT"]
-    assert lines[0].split()[4:8] == ["BF16", "INT8", "INT4", "USE"]
+    assert lines[0].split()[4:9] == ["CTX", "BF16", "INT8", "INT4", "USE"]
     row = next(line for line in lines if line.startswith("llama3.1-8b-1b "))
     assert "meta-llama/Llama-3.1-8B-Instruct" in row and row.split()[-1] == "no"
-    assert "16.5 GiB  10.0 GiB  6.9 GiB  cpu" in row  # bf16 / int8 / int4 at 4096 tokens
+    assert "8192  16.7 GiB  10.2 GiB  7.1 GiB  cpu" in row  # bf16 / int8 / int4 at 8192 tokens
+    assert "4096  14.9 GiB  8.9 GiB   6.1 GiB  cpu" in next(line for line in lines if line.startswith("llama2-7b-68m "))
     assert next(line for line in lines if line.startswith("smol-self ")).split()[-1] == "yes"
-    assert "KV cache for 4096 tokens" in out and "no GPU here" in out
+    assert "min(trained window, 8192)" in out and "working memory" in out and "no GPU here" in out
 
 
 def test_list_says_what_this_gpu_would_use(user_file, capsys, monkeypatch):
-    monkeypatch.setattr(download_models, "free_bytes", lambda device: (12 * memory.GIB, "cuda:0"))
+    monkeypatch.setattr(download_models, "device_memory", gpu(11.5, 12))
     code, out, _ = run(capsys, "--list", "--json")
-    use = {r["name"]: r["would_use"] for r in json.loads(out)}
-    assert code == 0 and (use["llama3.1-8b-1b"], use["qwen2.5-7b-0.5b"], use["smol-self"]) == ("int8", "int8", "bf16")
-    monkeypatch.setattr(download_models, "free_bytes", lambda device: (4 * memory.GIB, "cuda:0"))
-    use = {r["name"]: r["would_use"] for r in json.loads(run(capsys, "--list", "--json")[1])}
-    assert (use["llama3.1-8b-1b"], use["smol-1.7b-360m"]) == ("too big", "int8")  # 1.7B: bf16 4.9, int8 3.4 GiB
+    rows = {r["name"]: r for r in json.loads(out)}
+    use = {name: (r["would_use"], r["would_use_ctx"]) for name, r in rows.items()}
+    assert code == 0 and use["llama3.1-8b-1b"] == use["qwen2.5-7b-0.5b"] == ("int8", 8192)
+    assert use["smol-self"] == ("bf16", 8192)
+    monkeypatch.setattr(download_models, "device_memory", gpu(4))
+    rows = {r["name"]: r for r in json.loads(run(capsys, "--list", "--json")[1])}
+    assert rows["llama3.1-8b-1b"]["would_use"] == "too big"
+    small = rows["smol-1.7b-360m"]  # bf16 needs 5.3 GiB + margin; int8 holds a shorter window
+    assert small["would_use"] == "int8" and 4096 <= small["would_use_ctx"] < 8192
+    assert f"int8 @ {small['would_use_ctx']}" in run(capsys, "--list")[1]
 
 
 def test_list_json(user_file, capsys):
@@ -216,8 +229,8 @@ def test_list_json(user_file, capsys):
     assert rows["qwen2.5-7b-smol360m"]["same_tokenizer"] is False
     assert rows["smol-self"]["embedded"] and rows["smol-self"]["downloaded"]
     assert rows["qwen2.5-7b-0.5b"]["draft_file"] == "qwen2.5-0.5b-instruct-q8_0.gguf"
-    assert rows["llama3.1-8b-1b"]["vram_gib"] == {"bf16": 16.5, "int8": 10.0, "int4": 6.9}
-    assert rows["llama3.1-8b-1b"]["vram_ctx"] == 4096
+    assert rows["llama3.1-8b-1b"]["vram_gib"] == {"bf16": 16.7, "int8": 10.2, "int4": 7.1}
+    assert rows["llama3.1-8b-1b"]["vram_ctx"] == 8192 and rows["vicuna-7b-68m"]["vram_ctx"] == 4096
     assert rows["llama3.1-8b-1b"]["would_use"] in {"cpu", "bf16", "int8", "int4", "too big"}
 
 
@@ -371,5 +384,6 @@ def test_app_shows_each_precisions_memory_for_the_picked_pair(monkeypatch):
     line = sizes_line("smol-self")
     assert "int8" in line and "int4" in line and "this machine uses**: cpu" in line
     monkeypatch.setattr(memory, "free_bytes", lambda device: (12 * memory.GIB, "a 12 GiB GPU"))
-    assert "uses**: int8" in sizes_line("llama3.1-8b-1b")  # bf16 needs 16.5 GiB
+    assert "uses**: int8" in sizes_line("llama3.1-8b-1b")  # bf16 needs 16.7 GiB + margin
+    assert "at 8192 tokens" in sizes_line("llama3.1-8b-1b") and "at 4096 tokens" in sizes_line("llama2-7b-68m")
     assert "unknown" in sizes_line("no-such-pair")
