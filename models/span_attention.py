@@ -5,25 +5,24 @@ packed so K/V are never copied per head. Registered with transformers' Attention
 as "duo_span"; models/target_static.py drives it."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
 
 NAME = "duo_span"
-FIRST_SPAN = 256  # the shortest span; then steps of sqrt(2), multiples of 128
+FIRST_SPAN = 256  # the shortest span
 
 
 def spans(size: int) -> list[int]:
-    """The length buckets up to `size` (the last is `size` itself): attention reads at most
-    1.5x what the sequence holds, and a graph is recorded per bucket, not per length."""
-    out, x = [], float(FIRST_SPAN)
-    while int(x) < size:
-        out.append(int(math.ceil(x / 128) * 128))
-        x *= math.sqrt(2)
-    return sorted(set(out)) + [size]
+    """The length buckets up to `size` (the last is `size` itself): 256, 384, 512, 768, ...
+    (steps of about sqrt(2)), so attention reads at most 1.5x what the sequence holds, and a
+    graph is recorded per bucket, not per length."""
+    out, j = [], 0
+    while FIRST_SPAN << j < size:
+        out += [b for b in (FIRST_SPAN << j, (FIRST_SPAN * 3 // 2) << j) if b < size]
+        j += 1
+    return out + [size]
 
 
 def span_for(end: int, buckets: list[int]) -> int:

@@ -53,9 +53,11 @@ class StaticTarget(TorchTarget):
         """K/V for every layer at full length, sliding-window ones too (a ring buffer cannot
         roll back; their mask applies the window); the upload buffer and the span keys."""
         size = self.n_ctx + self.buckets[-1]  # a padded chunk at the window's end still fits
-        self._kv = span.attach(self.model, size, self.model.dtype, self.device)
+        # one slot more than the longest span: a span is always a strict prefix of the
+        # buffers, so every span runs the one graph compiled with the span dynamic
+        self._kv = span.attach(self.model, size + 1, self.model.dtype, self.device)
         self.spans = span.spans(size)
-        self._keys = torch.arange(size, device=self.device)
+        self._keys = torch.arange(size + 1, device=self.device)
         torch._dynamo.mark_static_address(self._keys)
         cuda = self.device.startswith("cuda")
         self._host = torch.zeros(1 + self.buckets[-1], dtype=torch.long, pin_memory=cuda)

@@ -56,6 +56,36 @@ def test_static_target_gives_the_eager_logits(smol_pair):
     static.close()
 
 
+def test_spans_step_by_half_octaves_up_to_the_buffer():
+    from models.span_attention import span_for, spans
+
+    assert spans(8224) == [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 8224]
+    assert spans(100) == [100] and spans(300) == [256, 300]
+    assert [span_for(n, spans(8224)) for n in (1, 257, 4097, 8200)] == [256, 384, 6144, 8224]
+
+
+def across_spans(target, n: int) -> list[np.ndarray]:
+    """Forwards whose filled length crosses span buckets (256, 384, 512, ...) and ends at
+    the window's last slot, with rollbacks across a boundary: logits of each."""
+    ids = [1000 + (i * 7919) % 20000 for i in range(n)]
+    target.rollback(0)
+    out = [target.logits(ids[:250], 1)]
+    for end in (255, 256, 300, 383, 384, 400):
+        out.append(target.logits(ids[target.n_cached:end], 1))
+    target.rollback(250)  # back below a boundary, then over two at once
+    out.append(target.logits(ids[250:420], 3))
+    out.append(target.logits(ids[420:n - 4], 2))
+    out.append(target.logits(ids[n - 4:], 4))  # the window's last slots
+    target.rollback(0)
+    return [o.cpu().numpy() for o in out]
+
+
+def test_static_target_across_spans_and_at_the_window_end(smol_pair):
+    static = StaticTarget(smol_pair.target_dir, "cpu", 512, "float32", compile=False)
+    assert_same_logits(across_spans(smol_pair.target, 512), across_spans(static, 512))
+    static.close()
+
+
 def test_static_target_keeps_sliding_windows_across_rollbacks():
     """Gemma 3 mixes sliding-window (512) and full layers: past the window, the static
     cache (every layer full length) must still give the eager logits."""
@@ -123,6 +153,17 @@ def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
     for prompt in PROMPTS[:2]:
         ids = smol_pair.prompt_ids(prompt)
         assert_same_logits(chunks(smol_pair.target, ids), chunks(compiled.target, ids))
+
+
+def test_compiled_target_runs_one_graph_per_chunk_across_spans(smol_pair, compiled):
+    """The span is dynamic: crossing span buckets up to the window's end compiles nothing
+    new, and gives the eager logits."""
+    from torch._dynamo.utils import counters
+
+    across_spans(compiled.target, 512)  # any chunk size not seen yet compiles here
+    graphs = counters["stats"]["unique_graphs"]
+    assert_same_logits(across_spans(smol_pair.target, 512), across_spans(compiled.target, 512))
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_compiled_target_gives_the_eager_probabilities(smol_pair, compiled):
