@@ -8,7 +8,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from core.sampling import Noise, SamplingConfig, logits_to_probs
+from core.sampling import Noise, SamplingConfig
 
 
 @dataclass
@@ -72,16 +72,6 @@ class Scores:
     p_draft: list[float] | None = None  # sampling
     recovered: list[int] | None = None
     bonus: int | None = None
-
-    @classmethod
-    def from_logits(cls, logits: np.ndarray, sampling: SamplingConfig,
-                    check: SampleCheck | None = None) -> "Scores":
-        """The reference reduction (fakes use it; device targets mirror it)."""
-        if sampling.greedy:
-            return cls(choice=np.asarray(logits).argmax(axis=-1).tolist())
-        from core.verify import sampled_scores
-
-        return sampled_scores(logits_to_probs(logits, sampling), check)
 
 
 class TargetOutOfMemory(RuntimeError):

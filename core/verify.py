@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.backends import SampleCheck, Scores
-from core.sampling import Noise
+from core.sampling import Noise, SamplingConfig, logits_to_probs
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,14 @@ def verify_sampled(draft: list[int], q_draft: np.ndarray, scores: Scores, noise:
             continue
         return Verdict(i, scores.recovered[i])
     return Verdict(len(draft), scores.bonus)
+
+
+def reference_scores(logits: np.ndarray, sampling: SamplingConfig,
+                     check: SampleCheck | None = None) -> Scores:
+    """The reference reduction of a forward's rows (fakes use it; device targets mirror it)."""
+    if sampling.greedy:
+        return Scores(choice=np.asarray(logits).argmax(axis=-1).tolist())
+    return sampled_scores(logits_to_probs(logits, sampling), check)
 
 
 def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:

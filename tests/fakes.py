@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from core.align import VocabSide
+from core.verify import reference_scores
 from core.backends import Draft, Proposal, Scores
 from core.budget import Profile
 from core.sampling import SamplingConfig, logits_to_probs, sample
@@ -48,7 +49,7 @@ class FakeTarget(Threads):
         return self.cache
 
     def score(self, tokens, n_rows, sampling, check=None):
-        return Scores.from_logits(self.logits(tokens, n_rows), sampling, check)
+        return reference_scores(self.logits(tokens, n_rows), sampling, check)
 
     def logits(self, tokens, n_rows):
         self.cache.extend(tokens)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.verify import reference_scores
 from core.backends import SampleCheck, Scores
 from core.engine import GenConfig
 from core.sampling import DRAW, Noise, SamplingConfig, logits_to_probs, mix32, noise_key, uniforms
@@ -135,7 +136,7 @@ def test_device_sampled_scores_equal_the_reference(sampling):
         q = logits_to_probs(rng.normal(0, 3, (5, 500)).astype(np.float32), sampling)
         draft = [int(rng.choice(500, p=row)) for row in q]
         check = SampleCheck(draft, q, Noise(trial), 100 + trial)
-        ref = Scores.from_logits(logits, sampling, check)
+        ref = reference_scores(logits, sampling, check)
         ours = device_scores(torch.from_numpy(logits), sampling, check)
         np.testing.assert_allclose(ours.p_draft, ref.p_draft, rtol=1e-5)
         assert (ours.recovered, ours.bonus) == (ref.recovered, ref.bonus)
