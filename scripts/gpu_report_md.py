@@ -66,7 +66,7 @@ def _memory(m: dict, r: dict) -> list[str]:
     for q, row in m["precisions"].items():
         peak = row.get("peak_gib")
         peak = row.get("error", "n/a (CPU)")[:60] if peak is None else f"{peak:.2f}"
-        out.append(f"| {q} ({row['dtype']}) | {row["estimate_gib"]:.3g} | {peak} |")
+        out.append(f"| {q} ({row['dtype']}) | {row['estimate_gib']:.3g} | {peak} |")
     return out
 
 
