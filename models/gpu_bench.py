@@ -3,8 +3,10 @@ memory floor of a forward (bytes read over the measured copy bandwidth) and forw
 over a filled cache."""
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -32,6 +34,31 @@ def random_model(config: dict, device: str, dtype: torch.dtype):
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     return model.eval()
+
+
+def model_source(which: str, device: str, dtype: str):
+    """(name, built model or None, int4 group) of a report model: smol-self's converted
+    weights, or random weights of the Llama-3.1-8B / tiny shape."""
+    from models.target_torch import DTYPES
+
+    if which == "smol-self":
+        return str(smol_dir(dtype)), None, 32
+    config = {"llama8b": LLAMA_8B, "tiny": TINY}[which]
+    return which, random_model(config, device, DTYPES[dtype]), None
+
+
+def smol_dir(dtype: str) -> Path:
+    """smol-self's target converted to safetensors in `dtype` (made on first use)."""
+    from models.catalog import get_pair, target_source
+    from models.convert import converted_dir
+
+    return converted_dir(target_source(get_pair("smol-self"))[1], None, dtype)
+
+
+def model_config(which: str, dtype: str) -> dict:
+    if which == "smol-self":
+        return json.loads((smol_dir(dtype) / "config.json").read_text())
+    return {"llama8b": LLAMA_8B, "tiny": TINY}[which]
 
 
 def make_target(path: str, name: str, device: str, dtype: str, n_ctx: int, quant: str,

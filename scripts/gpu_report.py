@@ -98,13 +98,13 @@ def part_graphs(s: dict, out: Path) -> dict:
     import torch
     from torch._dynamo.utils import counters
 
-    from models.gpu_bench import make_target, time_forwards
+    from models.gpu_bench import make_target, model_source, time_forwards
 
     if s["device"] != "cuda":
         return {"engaged": None, "note": "no cuda: CUDA graphs do not apply"}
     torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
-    name, model, group = _model_source("tiny" if s["tiny"] else "smol-self", "cuda", "bfloat16")
+    name, model, group = model_source("tiny" if s["tiny"] else "smol-self", "cuda", "bfloat16")
     target = make_target("compiled", name, "cuda", "bfloat16", 512, "none", (1, 8), model,
                          group)
     times = time_forwards(target, [64], [1, 8])
@@ -114,40 +114,13 @@ def part_graphs(s: dict, out: Path) -> dict:
             "model": name}
 
 
-def _model_source(which: str, device: str, dtype: str):
-    """(name, built model or None, int4 group) of a report model: smol-self's converted
-    weights, or random weights of the Llama-3.1-8B / tiny shape."""
-    from models.gpu_bench import LLAMA_8B, TINY, random_model
-    from models.target_torch import DTYPES
-
-    if which == "smol-self":
-        return str(_smol_dir(dtype)), None, 32
-    config = {"llama8b": LLAMA_8B, "tiny": TINY}[which]
-    return which, random_model(config, device, DTYPES[dtype]), None
-
-
-def _smol_dir(dtype: str) -> Path:
-    from models.catalog import get_pair, target_source
-    from models.convert import converted_dir
-
-    return converted_dir(target_source(get_pair("smol-self"))[1], print, dtype)
-
-
-def _config(which: str, dtype: str) -> dict:
-    from models.gpu_bench import LLAMA_8B, TINY
-
-    if which == "smol-self":
-        return json.loads((_smol_dir(dtype) / "config.json").read_text())
-    return {"llama8b": LLAMA_8B, "tiny": TINY}[which]
-
-
 def _dtype(s: dict, quant: str) -> str:
     """bfloat16 on cuda; float32 on the CPU, but int4 runs there in bfloat16 only."""
     return "bfloat16" if s["device"] == "cuda" or quant == "int4" else "float32"
 
 
 def part_forward(s: dict, out: Path) -> dict:
-    from models.gpu_bench import copy_bandwidth, floors
+    from models.gpu_bench import copy_bandwidth, floors, model_config
 
     bw = copy_bandwidth(s["device"], s["copy_bytes"])
     res = {"copy_bandwidth_gbs": bw / 1e9, "lengths": s["lengths"], "chunks": s["chunks"],
@@ -155,7 +128,7 @@ def part_forward(s: dict, out: Path) -> dict:
     for which in s["models"]:
         for quant in s["quants"]:
             dtype = _dtype(s, quant)
-            row = {"dtype": dtype, "floor_ms": _ms(floors(_config(which, dtype), quant,
+            row = {"dtype": dtype, "floor_ms": _ms(floors(model_config(which, dtype), quant,
                                                           s["lengths"], bw, _bytes(dtype)))}
             for path in s["paths"]:
                 row[path] = _guard(lambda: _forward_one(s, which, quant, dtype, path))
@@ -165,14 +138,14 @@ def part_forward(s: dict, out: Path) -> dict:
 
 
 def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
-    from models.gpu_bench import free_cuda, make_target, time_forwards
+    from models.gpu_bench import free_cuda, make_target, model_source, time_forwards
     from models.quant import supported
     from models.target_torch import DTYPES
 
     ok, why = supported(quant, s["device"], DTYPES[dtype])
     if not ok:
         return {"skipped": why}
-    name, model, group = _model_source(which, s["device"], dtype)
+    name, model, group = model_source(which, s["device"], dtype)
     t0 = time.perf_counter()
     n_ctx = max(s["lengths"]) + 2 * max(s["chunks"])
     target = make_target(path, name, s["device"], dtype, n_ctx, quant, tuple(s["chunks"]),
@@ -187,13 +160,15 @@ def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict
 
 def part_memory(s: dict, out: Path) -> dict:
     """Peak memory of filling the window (8k) and one 32-token chunk, per precision."""
+    from models.gpu_bench import model_config
     from models.memory import model_dims
 
     which = "tiny" if s["tiny"] else "llama8b"
     res = {"model": which, "ctx": s["memory_ctx"], "precisions": {}}
     for quant in s["quants"]:
         dtype = _dtype(s, quant)
-        need = model_dims(_config(which, dtype)).needed(quant, s["memory_ctx"], 0, _bytes(dtype))
+        dims = model_dims(model_config(which, dtype))
+        need = dims.needed(quant, s["memory_ctx"], 0, _bytes(dtype))
         row = {"dtype": dtype, "estimate_gib": need / GIB}
         row.update(_guard(lambda: _peak_one(s, which, quant, dtype)))
         res["precisions"][quant] = row
@@ -201,9 +176,9 @@ def part_memory(s: dict, out: Path) -> dict:
 
 
 def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
-    from models.gpu_bench import free_cuda, make_target, peak_bytes
+    from models.gpu_bench import free_cuda, make_target, model_source, peak_bytes
 
-    name, model, group = _model_source(which, s["device"], dtype)
+    name, model, group = model_source(which, s["device"], dtype)
     path = "compiled" if s["device"] == "cuda" else "static"
     target = make_target(path, name, s["device"], dtype, s["memory_ctx"] + 32, quant,
                          (1, 8, 32), model, group)
