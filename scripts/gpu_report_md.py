@@ -168,7 +168,10 @@ def _goals(r: dict) -> list[str]:
     out = []
     m = r.get("methods", {})
     comp, eager = m.get("smol-self compiled", {}), m.get("smol-self eager", {})
-    if "methods" in comp and "methods" in eager:
+    path = comp.get("machine", {}).get("target_path")
+    if path and path != "static-compiled":
+        out.append(f"- the `methods` run's target path was {path}: no compiled figures")
+    elif "methods" in comp and "methods" in eager:
         c = comp["methods"]["vanilla"]["overall"]["tokens_per_s"]
         e = eager["methods"]["vanilla"]["overall"]["tokens_per_s"]
         out.append(f"- compiled `vanilla` / eager `vanilla` on smol-self: {c / e:.1f}x "
