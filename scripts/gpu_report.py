@@ -193,13 +193,13 @@ def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
 
 
 def part_methods(s: dict, out: Path) -> dict:
-    """vanilla/sps/duo on smol-self with the compiled target, eager vanilla beside it, and
-    gemma-smol where its files are here."""
+    """vanilla/sps/duo on smol-self with the compiled target (eager on the CPU), eager
+    vanilla beside it, and gemma-smol where its files are here (not in the tiny mode)."""
     q = _questions(out, s["prompts"])
     on = "on" if s["device"] == "cuda" else "off"
     res = {"smol-self compiled": _bench(s, out, "smol-self", "vanilla,sps,duo", on, q),
            "smol-self eager": _bench(s, out, "smol-self", "vanilla", "off", q)}
-    if _pair_here("gemma-smol"):
+    if not s["tiny"] and _pair_here("gemma-smol"):  # its GGUF travels on its own
         res["gemma-smol compiled"] = _bench(s, out, "gemma-smol", "vanilla,sps,duo", on, q)
     return res
 
