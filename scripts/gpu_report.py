@@ -290,8 +290,12 @@ def _guard(fn) -> dict:
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - recorded in the report, not swallowed
-        return {"error": f"{type(e).__name__}: {e}",
-                "trace": traceback.format_exc(limit=4)[-1500:]}
+        failed = {"error": f"{type(e).__name__}: {e}",
+                  "trace": traceback.format_exc(limit=4)[-1500:]}
+    from models.gpu_bench import free_cuda
+
+    free_cuda()  # what the failed step held (an out-of-memory model) goes before the next
+    return failed
 
 
 def _ms(times: dict) -> dict:
