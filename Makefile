@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser run test bench clean
+.PHONY: install browser run test test-gpu gpu-report bench clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,16 @@ browser:
 
 test: install browser
 	$(BIN)/python -m pytest -q tests
+
+# On a CUDA machine. Prepared by ../shared/gpu (no venv there): make test-gpu RUNPY=python3
+RUNPY ?= $(BIN)/python
+GPU_TESTS ?= tests/test_gpu.py
+test-gpu:
+	TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 $(RUNPY) -m pytest -q -m gpu $(GPU_TESTS)
+
+# The GPU report (scripts/gpu_report.py): ARGS="--part forward --out DIR"; tiny on a CPU.
+gpu-report:
+	$(RUNPY) scripts/gpu_report.py $(ARGS)
 
 bench: install
 	$(BIN)/python scripts/benchmark.py --pair smol-self --methods vanilla,sps,duo \

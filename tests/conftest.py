@@ -19,8 +19,10 @@ os.environ.setdefault("DUO_TARGET_QUANT", "none")
 def smol_pair():
     from models.loader import LoadOptions, Pair
 
-    # the eager, unquantized reference path
-    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
+    # the eager, unquantized reference path, float32 on the CPU even where cuda is present:
+    # the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda)
+    pair = Pair("smol-self", LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                         target_quant="none"))
     yield pair
     pair.close()
 
@@ -37,6 +39,8 @@ def pair_with(smol_pair):
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: profile)
 
         def load(**options):
+            options.setdefault("device", "cpu")  # exact on any machine (see smol_pair)
+            options.setdefault("dtype", "float32")
             options.setdefault("target_compile", "off")
             options.setdefault("target_quant", "none")
             pairs.append(Pair("smol-self", LoadOptions(**options)))

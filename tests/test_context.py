@@ -116,7 +116,8 @@ def test_cli_refuses_more_new_tokens_than_the_window_holds():
 def gemma_small(pair_with):
     from models.loader import LoadOptions, Pair
 
-    pair = Pair("gemma-smol", LoadOptions(target_compile="off", target_quant="none", n_ctx=64))
+    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                          target_quant="none", n_ctx=64))
     yield pair
     pair.close()
 

@@ -178,7 +178,8 @@ N = 32
 def gemma_pair():
     from models.loader import LoadOptions, Pair
 
-    pair = Pair("gemma-smol", LoadOptions(target_compile="off", target_quant="none"))
+    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                          target_quant="none"))
     yield pair
     pair.close()
 

@@ -1,0 +1,342 @@
+"""The GPU report: environment, CUDA-graph engagement, forward time per path x precision x
+chunk x filled length next to its memory floor, peak memory, methods' tokens/s and llama.cpp
+on the same shapes; each part merges into OUT/report.json and OUT/report.md is re-rendered.
+
+    python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|all
+        [--out DIR] [--models smol-self,llama8b] [--quants none,int8,int4] [--tiny]
+
+Without cuda (or with --tiny) the shapes are tiny: a 2-layer Llama, seconds on a CPU."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripts.gpu_report_md import render  # noqa: E402
+
+PARTS = ("env", "graphs", "forward", "memory", "methods", "llamacpp")
+GIB = 1024 ** 3
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", default="all", help=f"{', '.join(PARTS)} or all (comma list)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" /
+                                        f"gpu-{time.strftime('%Y-%m-%d')}"))
+    p.add_argument("--tiny", action="store_true", help="tiny shapes (automatic without cuda)")
+    p.add_argument("--models", default="", help="forward: smol-self,llama8b (tiny: tiny)")
+    p.add_argument("--quants", default="none,int8,int4")
+    p.add_argument("--paths", default="", help="forward: eager,static,compiled")
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    args = p.parse_args(argv)
+    args.parts = list(PARTS) if args.part == "all" else args.part.split(",")
+    if unknown := [x for x in args.parts if x not in PARTS]:
+        p.error(f"unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}, all")
+    return args
+
+
+def settings(args) -> dict:
+    """Sizes for this run: the real ones on cuda, tiny ones on the CPU (or --tiny)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    tiny = args.tiny or not cuda
+    s = {"device": "cuda" if cuda else "cpu", "tiny": tiny, "quants": args.quants.split(","),
+         "lengths": [16, 64] if tiny else [128, 1024, 4096], "chunks": [1, 8] if tiny
+         else [1, 8, 32], "models": ["tiny"] if tiny else ["smol-self", "llama8b"],
+         "paths": ["eager", "static", "compiled"] if cuda else ["eager", "static"],
+         "memory_ctx": 256 if tiny else 8192, "copy_bytes": (64 << 20) if tiny else GIB,
+         "prompts": 2 if tiny else args.prompts,
+         "max_new_tokens": 16 if tiny else args.max_new_tokens,
+         "llama_layers": [1, 2] if tiny else [2, 6]}
+    s["models"] = args.models.split(",") if args.models else s["models"]
+    s["paths"] = args.paths.split(",") if args.paths else s["paths"]
+    return s
+
+
+# -- the parts ---------------------------------------------------------------------------
+def part_env(s: dict, out: Path) -> dict:
+    import torch
+    import transformers
+
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda,
+           "transformers": transformers.__version__, "device": s["device"],
+           "tiny": s["tiny"], "cpu_cores": os.cpu_count()}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
+    for mod in ("triton", "torchao", "llama_cpp", "gguf"):
+        env[mod] = _version(mod)
+    try:
+        import llama_cpp
+        env["llama_cpp_gpu_offload"] = bool(llama_cpp.llama_supports_gpu_offload())
+    except ImportError as e:
+        env["llama_cpp_gpu_offload"] = f"llama_cpp missing: {e}"
+    return env
+
+
+def _version(mod: str) -> str:
+    try:
+        m = __import__(mod)
+        return getattr(m, "__version__", "installed")
+    except ImportError:
+        return "missing"
+
+
+def part_graphs(s: dict, out: Path) -> dict:
+    """A compiled static target with cudagraph_or_error on: no cudagraph skips."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from models.gpu_bench import make_target, model_source, time_forwards
+
+    if s["device"] != "cuda":
+        return {"engaged": None, "note": "no cuda: CUDA graphs do not apply"}
+    config, before = torch._inductor.config.triton, counters["inductor"]["cudagraph_skips"]
+    name, model, group = model_source("tiny" if s["tiny"] else "smol-self", "cuda", "bfloat16")
+    config.cudagraph_or_error = True  # a skip raises (recorded as this part's error)
+    try:
+        target = make_target("compiled", name, "cuda", "bfloat16", 512, "none", (1, 8), model,
+                             group)
+        times = time_forwards(target, [64], [1, 8])
+        target.close()
+    finally:
+        config.cudagraph_or_error = False  # the other parts time what a user runs
+    skips = counters["inductor"]["cudagraph_skips"] - before
+    return {"engaged": skips == 0, "cudagraph_skips": skips, "ms": _ms(times),
+            "model": name}
+
+
+def _dtype(s: dict, quant: str) -> str:
+    """bfloat16 on cuda; float32 on the CPU, but int4 runs there in bfloat16 only."""
+    return "bfloat16" if s["device"] == "cuda" or quant == "int4" else "float32"
+
+
+def part_forward(s: dict, out: Path) -> dict:
+    from models.gpu_bench import copy_bandwidth, floors, model_config
+
+    bw = copy_bandwidth(s["device"], s["copy_bytes"])
+    res = {"copy_bandwidth_gbs": bw / 1e9, "lengths": s["lengths"], "chunks": s["chunks"],
+           "models": {}}
+    for which in s["models"]:
+        for quant in s["quants"]:
+            dtype = _dtype(s, quant)
+            row = {"dtype": dtype, "floor_ms": _ms(floors(model_config(which, dtype), quant,
+                                                          s["lengths"], bw, _bytes(dtype)))}
+            for path in s["paths"]:
+                row[path] = _guard(lambda: _forward_one(s, which, quant, dtype, path))
+            res["models"].setdefault(which, {})[quant] = row
+            _merge_into(out, {"forward": res})  # what ran so far survives a later crash
+    return res
+
+
+def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
+    from models.gpu_bench import free_cuda, make_target, model_source, time_forwards
+    from models.quant import supported
+    from models.target_torch import DTYPES
+
+    ok, why = supported(quant, s["device"], DTYPES[dtype])
+    if not ok:
+        return {"skipped": why}
+    name, model, group = model_source(which, s["device"], dtype)
+    t0 = time.perf_counter()
+    n_ctx = max(s["lengths"]) + 2 * max(s["chunks"])
+    target = make_target(path, name, s["device"], dtype, n_ctx, quant, tuple(s["chunks"]),
+                         model, group)
+    build_s = time.perf_counter() - t0
+    times = time_forwards(target, s["lengths"], s["chunks"])
+    target.close()
+    del model, target
+    free_cuda()
+    return {"ms": _ms(times), "build_s": round(build_s, 1)}
+
+
+def part_memory(s: dict, out: Path) -> dict:
+    """Peak memory of filling the window (8k) and one 32-token chunk, per precision."""
+    from models.gpu_bench import model_config
+    from models.memory import model_dims
+
+    which = "tiny" if s["tiny"] else "llama8b"
+    res = {"model": which, "ctx": s["memory_ctx"], "precisions": {}}
+    for quant in s["quants"]:
+        dtype = _dtype(s, quant)
+        dims = model_dims(model_config(which, dtype))
+        need = dims.needed(quant, s["memory_ctx"], 0, _bytes(dtype))
+        row = {"dtype": dtype, "estimate_gib": need / GIB}
+        row.update(_guard(lambda: _peak_one(s, which, quant, dtype)))
+        res["precisions"][quant] = row
+    return res
+
+
+def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
+    from models.gpu_bench import free_cuda, make_target, model_source, peak_bytes
+
+    name, model, group = model_source(which, s["device"], dtype)
+    path = "compiled" if s["device"] == "cuda" else "static"
+    target = make_target(path, name, s["device"], dtype, s["memory_ctx"] + 32, quant,
+                         (1, 8, 32), model, group)
+    peak = peak_bytes(target, s["memory_ctx"] - 32, 32)
+    target.close()
+    del model, target
+    free_cuda()
+    return {"path": path, "peak_gib": None if peak is None else peak / GIB}
+
+
+def part_methods(s: dict, out: Path) -> dict:
+    """vanilla/sps/duo on smol-self with the compiled target (eager on the CPU), eager
+    vanilla beside it, and gemma-smol where its files are here (not in the tiny mode)."""
+    q = _questions(out, s["prompts"])
+    on = "on" if s["device"] == "cuda" else "off"
+    res = {"smol-self compiled": _bench(s, out, "smol-self", "vanilla,sps,duo", on, q),
+           "smol-self eager": _bench(s, out, "smol-self", "vanilla", "off", q)}
+    if not s["tiny"] and _pair_here("gemma-smol"):  # its GGUF travels on its own
+        res["gemma-smol compiled"] = _bench(s, out, "gemma-smol", "vanilla,sps,duo", on, q)
+    return res
+
+
+def _questions(out: Path, n: int) -> Path:
+    """The first n project prompts taken a category at a time (every category is seen)."""
+    rows = [json.loads(x) for x in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()
+            if x.strip()]
+    cats: dict[str, list] = {}
+    for r in rows:
+        cats.setdefault(r["category"], []).append(r)
+    order = [r for i in range(max(map(len, cats.values()))) for c in cats.values()
+             if i < len(c) for r in [c[i]]]
+    path = out / "questions.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in order[:n]))
+    return path
+
+
+def _pair_here(name: str) -> bool:
+    from models.catalog import draft_path, get_pair, target_source
+
+    spec = get_pair(name)
+    return draft_path(spec).exists() and target_source(spec)[1].exists()
+
+
+def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -> dict:
+    """scripts/benchmark.py in its own process; its summary, or the error's tail."""
+    d = out / f"bench-{pair}-{compile}-{methods.replace(',', '-')}"
+    cmd = [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--pair", pair,
+           "--methods", methods, "--questions", str(q), "--max-new-tokens",
+           str(s["max_new_tokens"]), "--figure1-lengths=", "--target-compile", compile,
+           "--target-quant", "none", "--out", str(d)]
+    if s["device"] != "cuda":
+        cmd += ["--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": proc.stderr[-2000:]}
+    r = json.loads((d / "results.json").read_text())
+    return {"machine": r["machine"], "methods": r["methods"]}
+
+
+def part_llamacpp(s: dict, out: Path) -> dict:
+    """The llamacpp peer on smol-self, and llama.cpp on the 8B shape's random GGUF (F16,
+    Q8_0) at two layer counts, projected to the full depth; the smol draft's CPU speed."""
+    from models.catalog import draft_path, get_pair
+
+    q = _questions(out, min(4, s["prompts"]))
+    res = {"peer": _bench(s, out, "smol-self", "llamacpp", "off", q)}
+    res["random"] = _guard(lambda: _llama_random(s, out))
+    draft = draft_path(get_pair("smol-self"))
+    res["draft_cpu_ms"] = _guard(lambda: _draft_ms(draft, s))
+    return res
+
+
+def _llama_random(s: dict, out: Path) -> dict:
+    import llama_cpp
+
+    from models.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
+    from models.gpu_bench import LLAMA_8B, TINY
+
+    config = TINY if s["tiny"] else LLAMA_8B
+    gpu = bool(llama_cpp.llama_supports_gpu_offload())
+    times: dict[str, dict[int, float]] = {"F16": {}, "Q8_0": {}}
+    tmp = out / "gguf"
+    tmp.mkdir(exist_ok=True)
+    for n in s["llama_layers"]:
+        f16 = write_random_gguf(tmp / f"rand-{n}-f16.gguf", config, n)
+        q8 = quantize_q8(f16, tmp / f"rand-{n}-q8_0.gguf")
+        for kind, path in (("F16", f16), ("Q8_0", q8)):
+            times[kind][n] = decode_s(path, gpu)
+            path.unlink()
+    full = config["num_hidden_layers"]
+    return {"on_gpu": gpu, "layers_measured": s["llama_layers"], "layers": full,
+            "ms": {k: {str(n): t * 1e3 for n, t in v.items()} for k, v in times.items()},
+            "projected_ms": {k: per_layer(v, full) * 1e3 for k, v in times.items()}}
+
+
+def _draft_ms(draft: Path, s: dict) -> dict:
+    from models.gguf_random import decode_s
+
+    threads = 8 if s["device"] == "cuda" else 1
+    return {"threads": threads, "ms": decode_s(draft, False, threads=threads) * 1e3}
+
+
+# -- running and merging -----------------------------------------------------------------
+def _guard(fn) -> dict:
+    """The part's result, or its error text (the other parts still run)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - recorded in the report, not swallowed
+        failed = {"error": f"{type(e).__name__}: {e}",
+                  "trace": traceback.format_exc(limit=4)[-1500:]}
+    from models.gpu_bench import free_cuda
+
+    free_cuda()  # what the failed step held (an out-of-memory model) goes before the next
+    return failed
+
+
+def _ms(times: dict) -> dict:
+    return {k: round(v * 1e3, 4) for k, v in times.items()}
+
+
+def _bytes(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
+
+
+def _merge_into(out: Path, part: dict) -> dict:
+    path = out / "report.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    report = _merge(report, part)
+    path.write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(render(report))
+    return report
+
+
+def main(argv=None) -> Path:
+    args = parse(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    s = settings(args)
+    for name in args.parts:
+        t0 = time.perf_counter()
+        print(f"gpu_report: {name} ...", file=sys.stderr, flush=True)
+        result = _guard(lambda: globals()[f"part_{name}"](s, out))
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        _merge_into(out, {name: result})
+    print(out / "report.md")
+    return out
+
+
+if __name__ == "__main__":
+    main()
