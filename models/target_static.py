@@ -62,6 +62,7 @@ class StaticTarget(TorchTarget):
         cuda = self.device.startswith("cuda")
         self._host = torch.zeros(1 + self.buckets[-1], dtype=torch.long, pin_memory=cuda)
         self._upload = torch.zeros_like(self._host, device=self.device)
+        self._copied = torch.cuda.Event() if cuda else None
         torch._dynamo.mark_static_address(self._upload)
 
     def rollback(self, n_keep: int) -> None:
@@ -108,10 +109,14 @@ class StaticTarget(TorchTarget):
         size = next(b for b in self.buckets if b >= len(piece))
         n = self.n_cached
         host = self._host
+        if self._copied is not None:  # the last upload must have left the pinned buffer
+            self._copied.synchronize()
         host[0] = n
         host[1:1 + len(piece)] = torch.tensor(piece, dtype=torch.long)
         host[1 + len(piece):] = 0
         self._upload.copy_(host, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
         keys = self._keys[:span.span_for(n + size, self.spans)]
         torch._dynamo.maybe_mark_dynamic(keys, 0)
         choice, hidden = self._step(self._upload, keys, size)

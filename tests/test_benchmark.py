@@ -52,3 +52,15 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path, monkeypatch):
     assert report["complete"] is False and report["prompts_done"] == 2
     vanilla = report["methods"]["vanilla"]["overall"]
     assert vanilla["prompts"] == 2 and vanilla["empty_outputs"] == 1 and vanilla["new_tokens"] == 8
+
+
+def test_window_bench_writes_a_row_per_path_window_fill_and_chunk(tmp_path):
+    """scripts/window_bench.py end to end at a tiny size (eager and static, no compile)."""
+    import scripts.window_bench as wb
+
+    wb.main(["--paths", "eager,static", "--windows", "512", "--fills", "40,300",
+             "--chunks", "1,4", "--repeats", "1", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "forward.json").read_text())
+    assert len(rows) == 2 * 2 * 2 and all(r["median_ms"] > 0 for r in rows)
+    table = (tmp_path / "forward.md").read_text()
+    assert "| static | 512 | 300 |" in table and table.count("\n") == 2 + 4
