@@ -78,7 +78,10 @@ class DraftBudget:
         """Chunk to draft while the target verifies no draft (after a rejection): what fits
         in its one-token forward, so that round does not wait for a full chunk."""
         gamma = self.gamma if gamma is None else gamma
-        fits = int(self.verify_s(1) / max(self.draft_s(1), 1e-9))
+        if self.fixed:  # a fixed gamma fixes every chunk: the profile's times, not today's
+            fits = int(self.profile.verify(1) / max(self.profile.draft_token_s, 1e-9))
+        else:
+            fits = int(self.verify_s(1) / max(self.draft_s(1), 1e-9))
         return max(2, min(gamma + 1, fits))
 
     def balanced_gamma(self) -> int:

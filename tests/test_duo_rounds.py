@@ -143,7 +143,9 @@ def test_sampled_duo_is_reproducible_with_a_seed():
     a = run("duo", FakeDrafter(P), target=FakeTarget(P), gamma=3, sampling=s, seed=7)[0]
     b = run("duo", FakeDrafter(P), target=FakeTarget(P), gamma=3, sampling=s, seed=7,
             sequential=True)[0]
-    assert a == b
+    slow = FakeTarget(P, delay=(0.003, 0.0))  # other timings: a fixed gamma fixes the rounds
+    c = run("duo", FakeDrafter(P), target=slow, gamma=3, sampling=s, seed=7)[0]
+    assert a == b == c
 
 
 def test_branched_chunks_do_not_look_like_a_slow_draft():

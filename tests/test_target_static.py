@@ -167,14 +167,24 @@ def test_compiled_target_runs_one_graph_per_chunk_across_spans(smol_pair, compil
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_compiled_target_gives_the_eager_probabilities(smol_pair, compiled):
+def test_compiled_target_gives_the_eager_probabilities_and_draws(smol_pair, compiled):
+    """Sampled verify rounds: the same probabilities, and the same p of the draft tokens,
+    residual and bonus draws from the compiled target as from the eager one."""
     ids = smol_pair.prompt_ids(PROMPTS[1])
+    draft = [11, 12, 13]
+    q = np.full((3, smol_pair.target.vocab_size), 1.0 / smol_pair.target.vocab_size,
+                dtype=np.float32)
     for sampling in SAMPLINGS[:2]:
-        rows = []
+        rows, scores = [], []
         for target in (smol_pair.target, compiled.target):
             target.rollback(0)
-            rows.append(target.score(ids + [11, 12, 13], 4, sampling).p_target)
+            rows.append(torch_probs(target.logits(ids + draft, 4), sampling).numpy())
+            target.rollback(0)
+            scores.append(target.score(ids + draft, 4, sampling,
+                                       SampleCheck(draft, q, Noise(5), len(ids))))
         np.testing.assert_allclose(rows[0], rows[1], atol=1e-5)
+        np.testing.assert_allclose(scores[0].p_draft, scores[1].p_draft, atol=1e-5)
+        assert (scores[0].recovered, scores[0].bonus) == (scores[1].recovered, scores[1].bonus)
 
 
 def run(pair, ids, **kw):
