@@ -183,7 +183,7 @@ def _measured(what: str, measure, progress, say: str):
     from models.profiler import machine_key
 
     path = cache_root() / "target_paths.json"
-    key = f"v2|{machine_key()}|{what}"
+    key = f"v3|{machine_key()}|{what}"  # v3: the span-attention static target
     known = json.loads(path.read_text()) if path.exists() else {}
     if key not in known:
         if progress:
