@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from core.backends import Scores
+from core.backends import SampleCheck, Scores
 from core.sampling import SamplingConfig
 from models import span_attention as span
 from models.convert import cache_root
@@ -71,7 +71,7 @@ class StaticTarget(TorchTarget):
     # -- the verbs --------------------------------------------------------------------------
     @torch.inference_mode()
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
-              check=None) -> Scores:
+              check: SampleCheck | None = None) -> Scores:
         """Greedy: one forward and one download of n_rows argmaxes; sampling: the head over
         the n_rows hidden rows, reduced on the device to what the verifier needs."""
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
