@@ -86,14 +86,19 @@ def masks(model, pos: torch.Tensor, keys: torch.Tensor):
 
 def span_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                    scaling: float | None = None, duo_pos=None, duo_keys=None, **kwargs):
-    """Write this chunk's K/V at `duo_pos`, then attend over the first len(duo_keys) slots.
-    Grouped queries are packed (queries of one K/V head side by side) instead of repeating
-    K/V for every query head."""
+    """Write this chunk's K/V at `duo_pos`, then attend over the first len(duo_keys) slots,
+    never repeating K/V per query head: on the CPU SDPA's `enable_gqa`; elsewhere the query
+    heads of one K/V head packed side by side (a boolean mask keeps cuda's memory-efficient
+    kernel, which takes no grouped heads)."""
     k_buf, v_buf = module.duo_k, module.duo_v
     k_buf.index_copy_(2, duo_pos, key.to(k_buf.dtype))
     v_buf.index_copy_(2, duo_pos, value.to(v_buf.dtype))
     span = duo_keys.shape[0]
     k, v = k_buf[:, :, :span], v_buf[:, :, :span]
+    if query.device.type == "cpu":  # its SDPA reads K/V in place with enable_gqa (measured)
+        out = F.scaled_dot_product_attention(query, k, v, attn_mask=attention_mask,
+                                             scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
     b, heads, t, d = query.shape
     groups = heads // k.shape[1]
     q = query.reshape(b, k.shape[1], groups * t, d)  # head h = kv head h // groups
