@@ -18,12 +18,10 @@ from core.backends import SampleCheck, Scores
 from core.sampling import SamplingConfig
 from models import span_attention as span
 from models.convert import cache_root
+from models.footprint import BUCKETS, PREFILL_CHUNK  # the sizes the memory picker counts
 from models.sampling_torch import device_scores
 from models.target_torch import TorchTarget, _check_chunk
 
-CUDA_BUCKETS = (1, 2, 4, 8, 16, 32)
-CPU_BUCKETS = (1, 2, 4, 8, 16, 32)
-PREFILL_CHUNK = 512  # a long prompt goes through the eager forward this many tokens at a time
 
 
 class StaticTarget(TorchTarget):
@@ -36,7 +34,7 @@ class StaticTarget(TorchTarget):
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                          model=model)
         cuda = self.device.startswith("cuda")
-        self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if cuda else CPU_BUCKETS)))
+        self.buckets = tuple(sorted(buckets or BUCKETS))
         self.compiled = compile
         self.path = "static-compiled" if compile else "static"
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",

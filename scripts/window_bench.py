@@ -18,8 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.sampling import SamplingConfig  # noqa: E402
 from models.catalog import get_pair, target_source  # noqa: E402
 from models.convert import converted_dir  # noqa: E402
-from models.target_static import StaticTarget  # noqa: E402
-from models.target_torch import TorchTarget  # noqa: E402
+from models.gpu_bench import make_target  # noqa: E402
 
 
 def parse(argv=None):
@@ -32,13 +31,6 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
-
-
-def build(path: str, model_dir: Path, n_ctx: int, chunks: list[int]):
-    if path == "eager":
-        return TorchTarget(model_dir, "cpu", n_ctx, "float32")
-    return StaticTarget(model_dir, "cpu", n_ctx, "float32", compile=path == "compiled",
-                        buckets=tuple(chunks))
 
 
 def forward_s(target, fill: int, n: int) -> float:
@@ -86,7 +78,8 @@ def main(argv=None) -> None:
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     model_dir = converted_dir(target_source(get_pair(args.pair))[1])
     chunks = ints(args.chunks)
-    targets = {(path, w): build(path, model_dir, w, chunks)
+    targets = {(path, w): make_target(path, model_dir, "cpu", "float32", w, "none",
+                                      tuple(chunks))
                for w in ints(args.windows) for path in args.paths.split(",")}
     rows = measure(targets, ints(args.fills), chunks, args.repeats)
     table = markdown(rows)
