@@ -35,7 +35,7 @@ class FaultyDrafter(FakeDrafter):
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
 
-    def propose(self, context, n, sampling, rng_at, stop=None, branching=None):
+    def propose(self, context, n, sampling, draws, stop=None, branching=None):
         call = len(self.calls) + 1
         if branching is not None:
             self.alphas.append(branching.alpha)
@@ -44,7 +44,7 @@ class FaultyDrafter(FakeDrafter):
             raise RuntimeError("draft boom")
         if call == self.hang_at:
             self.release.wait(30)
-        return super().propose(context, n, sampling, rng_at, stop, branching)
+        return super().propose(context, n, sampling, draws, stop, branching)
 
     def rollback(self, n_keep):
         self.rollbacks.append(n_keep)
@@ -60,10 +60,10 @@ class FailingTarget(FakeTarget):
         super().__init__(chain())
         self.fail_at = fail_at
 
-    def score(self, tokens, n_rows, sampling):
+    def score(self, tokens, n_rows, sampling, check=None):
         if self.forwards + 1 >= self.fail_at:
             raise TargetBoom("target boom")
-        return super().score(tokens, n_rows, sampling)
+        return super().score(tokens, n_rows, sampling, check)
 
 
 def run(method, drafter, learned=None, target=None, **kw):
@@ -143,12 +143,12 @@ class OomTarget(FakeTarget):
         super().__init__(chain())
         self.fail_at = fail_at
 
-    def score(self, tokens, n_rows, sampling):
+    def score(self, tokens, n_rows, sampling, check=None):
         if self.forwards + 1 == self.fail_at:
             self.cache.extend(tokens)  # a forward that died half-way leaves its cache grown
             self.forwards += 1
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().score(tokens, n_rows, sampling)
+        return super().score(tokens, n_rows, sampling, check)
 
 
 @pytest.mark.parametrize("method,sequential", MODES + [("vanilla", False)])
