@@ -54,7 +54,7 @@ def split_calls(text: str) -> tuple[str, list[dict]]:
 
 class HeldText:
     """One streamed answer: text is passed on until a call may begin, the rest is held and
-    parsed at the end."""
+    parsed at the end (trailing spaces too, as the whole answer drops them before a call)."""
 
     def __init__(self):
         self.text, self.sent = "", 0
@@ -64,6 +64,7 @@ class HeldText:
         cut = self.text.find(OPEN, self.sent)
         if cut < 0:
             cut = len(self.text) - _partial_open(self.text)
+        cut = len(self.text[:cut].rstrip())
         out = self.text[self.sent:cut] if cut > self.sent else ""
         self.sent += len(out)
         return out

@@ -175,3 +175,10 @@ def test_a_body_over_the_limit_is_413(served):
     r = served.post("/chat/completions", b"x" * (MAX_BODY + 1))
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     assert served.post("/chat/completions", GOOD).status_code == 200
+
+
+def test_api_bench_reads_the_timings_of_a_stream(served):
+    from scripts.api_bench import stream_chat
+
+    text, ttft, timings = stream_chat(served.client(), "smol-self", HELLO, max_tokens=4)
+    assert text and ttft > 0 and timings["predicted_n"] == 4 and "cache_n" in timings
