@@ -126,9 +126,7 @@ class Api:
                     looked = time.monotonic()
                 if item is None:
                     if tools:
-                        for a in answers:
-                            a.text, a.tool_calls = split_calls(a.text)
-                            a.text = a.text.strip() if a.tool_calls else a.text
+                        _take_calls(answers)
                     return JSONResponse(shapes.whole(answers))
                 if item:
                     i, ev = item
@@ -163,6 +161,12 @@ class Api:
             job.cancel.set()
 
 
+def _take_calls(answers: list[Answer]) -> None:
+    for a in answers:
+        a.text, a.tool_calls = split_calls(a.text)
+        a.text = a.text.strip() if a.tool_calls else a.text
+
+
 def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: HeldText | None):
     """The chunks one event of choice i makes: its text, and at its end what was held back,
     the tool calls and the finish reason."""
@@ -185,7 +189,7 @@ def router(api: Api) -> APIRouter:
     """The routes, with and without /v1; every error goes out in the OpenAI shape."""
     r = APIRouter()
     for prefix in ("/v1", ""):
-        r.add_api_route(prefix + "/models", _endpoint(lambda q: api.models(q)), methods=["GET"])
+        r.add_api_route(prefix + "/models", _endpoint(api.models), methods=["GET"])
         r.add_api_route(prefix + "/chat/completions",
                         _endpoint(lambda q: api.complete(q, chat=True)), methods=["POST"])
         r.add_api_route(prefix + "/completions",
