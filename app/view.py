@@ -215,16 +215,14 @@ def identical_note(results: dict[str, dict], greedy: bool) -> str:
     dtype = done[0]["stats"].get("target_dtype", "float32")
     device = str(done[0]["stats"].get("target_device", "cpu"))
     exact = dtype == "float32" and not device.startswith("cuda")
-    if greedy and not same and not exact:
+    kind = "Greedy" if greedy else "Sampling (one seed, the coupled sampler)"
+    if not same and not exact:
         where = f"a {dtype} target" + (" on cuda" if device.startswith("cuda") else "")
-        return (f"**Greedy: the texts part** — expected now and then with {where}: "
+        return (f"**{kind}: the texts part** — expected now and then with {where}: "
                 "one forward over many tokens rounds differently from one token at a time, so "
                 "where the target's two best tokens tie within rounding either may come out. "
                 "Only a float32 target on the CPU (`--device cpu --target-dtype float32`) gives "
                 "token-identical output; float32 on cuda makes such ties rarer, not impossible "
                 "(the GPU's kernels depend on the chunk's shape).")
-    if greedy:
-        return ("**Greedy: all texts are identical** — speculative decoding is lossless." if same
-                else "**Greedy: the texts differ** — this should not happen; please report it.")
-    return ("Sampling (temperature > 0): texts may differ from run to run; each method samples "
-            "from the same target distribution." + (" They are identical." if same else ""))
+    return (f"**{kind}: all texts are identical** — speculative decoding is lossless." if same
+            else f"**{kind}: the texts differ** — this should not happen; please report it.")
