@@ -75,11 +75,19 @@ def test_n_predict_is_max_tokens(served):
     assert streamed[-1]["usage"]["completion_tokens"] == 5
 
 
-def sampled(served, **kw):
+def sampled(served, method="vanilla", temperature=1.0, **kw):
     kw.setdefault("max_tokens", 24)
     return served.client().chat.completions.create(
         model="smol-self", messages=[{"role": "user", "content": "Tell me a story."}],
-        temperature=1.0, extra_body={"method": "vanilla"}, **kw)
+        temperature=temperature, extra_body={"method": method}, **kw)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0])
+def test_one_seed_gives_one_text_for_every_method(served, temperature):
+    """The coupled sampler: the text depends on the seed alone, not on what was drafted."""
+    texts = {m: sampled(served, m, temperature, seed=5).choices[0].message.content
+             for m in ("vanilla", "sps", "duo")}
+    assert texts["vanilla"] and texts["vanilla"] == texts["sps"] == texts["duo"]
 
 
 def test_a_given_seed_repeats_and_is_returned(served):
