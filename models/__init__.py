@@ -1,1 +1,7 @@
 """Model backends (llama.cpp draft, PyTorch target), the pair catalog and the loaders."""
+import os
+
+# Before torch loads OpenMP: its threads sleep at a barrier instead of spinning. On a busy
+# machine spinning threads starve each other (a 2-thread prefill took 8x longer beside
+# other processes; README, *Under a competing load*). The user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT))
 # every start of the CLI and the app would take minutes on a CPU).
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
+import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
 
 
 @pytest.fixture(scope="session")
