@@ -97,13 +97,16 @@ class Api:
             cfgs = [req.gen_config(max_new, seed + i) for i in range(req.n)]
             for cfg in cfgs:
                 cfg.validate()
+            await run_in_threadpool(pair.check_format, cfgs[0].response_format)
         except ValueError as e:
-            raise ApiError(400, str(e)) from None
+            raise ApiError(400, str(e), param=_param_of(e)) from None
         if not self.gate.enter():
             raise ApiError(429, f"the server is busy ({self.gate.limit} requests waiting or "
                                 "running); try again shortly", type="rate_limit_error",
                            code="queue_full")
-        job, shapes = Job(self.host, name, ids, cfgs, self.gate), Shapes(chat, name, seed)
+        token_text = pair.token_text if cfgs[0].logprobs is not None else None
+        job = Job(self.host, name, ids, cfgs, self.gate)
+        shapes = Shapes(chat, name, seed, token_text)
         tools = req.tool_list() is not None
         if req.stream:
             usage = req.stream_options.include_usage
@@ -132,6 +135,7 @@ class Api:
                     i, ev = item
                     answers[i].text += ev.text
                     answers[i].stats = ev.stats or answers[i].stats
+                    answers[i].logprobs += ev.logprobs or []
         finally:
             job.cancel.set()
 
@@ -161,6 +165,12 @@ class Api:
             job.cancel.set()
 
 
+def _param_of(e: ValueError) -> str | None:
+    """The field a GenConfig or grammar error names, when it starts with one."""
+    head = str(e).split(":", 1)[0]
+    return head if head in ("response_format", "logit_bias", "logprobs") else None
+
+
 def _take_calls(answers: list[Answer]) -> None:
     for a in answers:
         a.text, a.tool_calls = split_calls(a.text)
@@ -171,8 +181,8 @@ def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: HeldText | None):
     """The chunks one event of choice i makes: its text, and at its end what was held back,
     the tool calls and the finish reason."""
     text = held.feed(ev.text) if held else ev.text
-    if text:
-        yield shapes.chunk(i, text)
+    if text or ev.logprobs:
+        yield shapes.chunk(i, text, logprobs=ev.logprobs)
     if ev.stats is None:
         return
     answer.stats = ev.stats

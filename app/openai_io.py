@@ -21,12 +21,6 @@ MAX_BODY = 8 << 20  # bytes of request body read at most (a 2 MB paste is refuse
 # Fields that change the output and are not honoured yet: a value other than null or the
 # default here is refused with a 400 naming the field. Lift a line when its field is honoured.
 NOT_YET = {
-    "response_format": lambda v: v == {"type": "text"},
-    "logprobs": lambda v: v == 0,  # false or 0
-    "top_logprobs": lambda v: v == 0,
-    "logit_bias": lambda v: v == {},
-    "frequency_penalty": lambda v: v == 0,
-    "presence_penalty": lambda v: v == 0,
     "tool_choice": lambda v: v in ("none", "auto"),  # "required" and named: constrained output
     "echo": lambda v: v is False,
     "best_of": lambda v: v == 1,
@@ -148,6 +142,31 @@ class StreamOptions(Strict):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(Strict):
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+    name: str | None = None
+    description: str | None = None
+    schema_: dict = Field(alias="schema")
+    strict: bool | None = False
+
+
+class ResponseFormat(Strict):
+    """OpenAI's response_format: text, json_object or json_schema (models/grammar.py)."""
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def spec(self) -> dict | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        if self.json_schema is None:
+            raise ApiError(400, "response_format.json_schema is required for type json_schema",
+                           param="response_format.json_schema", code="invalid_value")
+        return {"type": "json_schema", "json_schema": {"schema": self.json_schema.schema_,
+                                                       "strict": bool(self.json_schema.strict)}}
+
+
 class Knobs(Strict):
     """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma,
     multi_seq, theta_scale, cache_prompt) and llama-server's n_predict. Unknown fields are
@@ -169,6 +188,24 @@ class Knobs(Strict):
     multi_seq: bool = True
     theta_scale: float = Field(1.0, gt=0, le=100)
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
+    response_format: ResponseFormat | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token to report; None: no logprobs (each endpoint says)."""
+        return None
+
+    def token_bias(self) -> dict[int, float]:
+        out = {}
+        for key, value in (self.logit_bias or {}).items():
+            if not key.isdigit() or not -100 <= value <= 100:
+                raise ApiError(400, f"logit_bias: keys are token ids, values in [-100, 100]; "
+                                    f"got {key!r}: {value}", param="logit_bias",
+                               code="invalid_value")
+            out[int(key)] = float(value)
+        return out
 
     def wanted_tokens(self) -> int | None:
         if self.n_predict == 0:
@@ -195,13 +232,25 @@ class Knobs(Strict):
         return GenConfig(method=self.method, max_new_tokens=max_new_tokens, sampling=sampling,
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
-                         cache_prompt=self.cache_prompt)
+                         cache_prompt=self.cache_prompt,
+                         response_format=self.response_format and self.response_format.spec(),
+                         logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
+                         frequency_penalty=self.frequency_penalty,
+                         logprobs=self.logprob_count())
 
 
 class ChatRequest(Knobs):
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: Union[Literal["none", "auto"], None] = None  # others: NOT_YET
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
+
+    def logprob_count(self) -> int | None:
+        if self.top_logprobs and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs",
+                           code="invalid_value")
+        return self.top_logprobs if self.logprobs else None
 
     def conversation(self) -> list[dict]:
         return [m.for_template() for m in self.messages]
@@ -215,6 +264,10 @@ class ChatRequest(Knobs):
 
 class CompletionRequest(Knobs):
     prompt: Union[str, list[str]]
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     def text(self) -> str:
         if isinstance(self.prompt, list):

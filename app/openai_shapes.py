@@ -17,6 +17,7 @@ class Answer:
     text: str = ""
     stats: dict = field(default_factory=dict)
     tool_calls: list[dict] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)  # core.logprobs.TokenLogprob, when asked
 
     @property
     def finish(self) -> str:
@@ -62,13 +63,43 @@ def timings(stats: dict) -> dict:
             "stop_reason": stats.get("stop_reason")}
 
 
+def chat_logprobs(items: list, token_text) -> dict:
+    """Chat's logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    def entry(tok: int, lp: float) -> dict:
+        text = token_text(tok)
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+    return {"content": [{**entry(i.token, i.logprob),
+                         "top_logprobs": [entry(t, v) for t, v in i.top]} for i in items],
+            "refusal": None}
+
+
+def text_logprobs(items: list, token_text, offset: int = 0) -> dict:
+    """Completions' logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    texts = [token_text(i.token) for i in items]
+    starts = [offset + sum(len(t) for t in texts[:k]) for k in range(len(texts))]
+    return {"tokens": texts, "token_logprobs": [i.logprob for i in items],
+            "top_logprobs": [{token_text(t): v for t, v in i.top} for i in items],
+            "text_offset": starts}
+
+
 class Shapes:
     """Response bodies of one request: chat (`chat.completion`) or text (`text_completion`);
-    every body names the seed the request used (choice i used seed + i)."""
+    every body names the seed the request used (choice i used seed + i); `token_text`
+    renders the logprobs' tokens when they were asked for."""
 
-    def __init__(self, chat: bool, model: str, seed: int):
-        self.chat, self.model, self.seed = chat, model, seed
+    def __init__(self, chat: bool, model: str, seed: int, token_text=None):
+        self.chat, self.model, self.seed, self.token_text = chat, model, seed, token_text
         self.id, self.created = new_id("chatcmpl" if chat else "cmpl"), int(time.time())
+        self.offsets: dict[int, int] = {}  # per choice: text sent so far (text_offset)
+
+    def logprobs(self, index: int, items: list, text: str) -> dict | None:
+        if self.token_text is None:
+            return None
+        if self.chat:
+            return chat_logprobs(items, self.token_text)
+        out = text_logprobs(items, self.token_text, self.offsets.get(index, 0))
+        self.offsets[index] = self.offsets.get(index, 0) + len(text)
+        return out
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -81,7 +112,8 @@ class Shapes:
     def whole(self, answers: list[Answer]) -> dict:
         choices = []
         for i, a in enumerate(answers):
-            choice = {"index": i, "finish_reason": a.finish, "logprobs": None}
+            choice = {"index": i, "finish_reason": a.finish,
+                      "logprobs": self.logprobs(i, a.logprobs, a.text)}
             if self.chat:
                 choice["message"] = {"role": "assistant",
                                      "content": a.text if a.text or not a.tool_calls else None}
@@ -95,10 +127,12 @@ class Shapes:
                 "timings": timings(answers[0].stats)}
 
     def chunk(self, index: int, text: str = "", first: bool = False,
-              tool_calls: list[dict] | None = None, finish: str | None = None) -> dict:
-        """One choice's piece: the role (first), text, tool calls, or the finish reason (no
-        content then)."""
-        choice = {"index": index, "finish_reason": finish, "logprobs": None}
+              tool_calls: list[dict] | None = None, finish: str | None = None,
+              logprobs: list | None = None) -> dict:
+        """One choice's piece: the role (first), text (with its tokens' logprobs), tool calls,
+        or the finish reason (no content then)."""
+        lp = self.logprobs(index, logprobs, text) if logprobs else None
+        choice = {"index": index, "finish_reason": finish, "logprobs": lp}
         if self.chat:
             delta = {"role": "assistant", "content": text} if first else {}
             if text and not first:

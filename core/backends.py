@@ -8,6 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
+from core.constraints import Adjuster, Adjustments
+from core.logprobs import Logprobs
 from core.sampling import Noise, SamplingConfig
 
 
@@ -75,6 +77,7 @@ class Scores:
     p_draft: list[float] | None = None  # sampling
     recovered: list[int] | None = None
     bonus: int | None = None
+    logprobs: Logprobs | None = None  # only when the Adjustments asked for them
 
 
 class TargetOutOfMemory(RuntimeError):
@@ -110,10 +113,12 @@ class Drafter(Protocol):
 
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
-                branching: Branching | None = None) -> Proposal:
+                branching: Branching | None = None, adjust: Adjuster | None = None) -> Proposal:
         """Roll back to the longest common prefix with `context`, then draft up to n tokens;
         draws.draw(q, len(context) + i) picks draft token i when sampling. With `branching`,
-        extra sequences may start from other first tokens (Proposal.alternatives)."""
+        extra sequences may start from other first tokens (Proposal.alternatives). `adjust`
+        (this thread's own): each step's logits adjusted for its prefix, before the sampling
+        transform (drafters in target ids; a translating vocabulary may ignore it)."""
 
     def rollback(self, n_keep: int) -> None: ...
 
@@ -135,9 +140,11 @@ class Target(Protocol):
         """The n_cached tokens in the cache, in order (a new prompt keeps its common prefix)."""
 
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
-              check: SampleCheck | None = None) -> Scores:
+              check: SampleCheck | None = None, adjust: Adjustments | None = None) -> Scores:
         """Append `tokens` to the cache; the verifier's Scores of the last n_rows positions
-        (sampling: `check` says which draft they test; n_rows == len(check.draft) + 1)."""
+        (sampling: `check` says which draft they test; n_rows == len(check.draft) + 1).
+        `adjust`: one RowAdjust per row, applied to the logits before the sampling transform;
+        its `logprobs` asks for Scores.logprobs of the raw logits."""
 
     def rollback(self, n_keep: int) -> None: ...
 

@@ -13,6 +13,8 @@ from core.align import common_prefix
 from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
+from core.constraints import Grammar, Penalties, adjuster, check_adjustments
+from core.logprobs import emitted
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
@@ -41,6 +43,12 @@ class GenConfig:
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
     cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
     draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
+    # what changes the logits of every row, target and draft alike (core/constraints.py)
+    response_format: dict | None = None  # OpenAI's; the loader compiles it to a grammar
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None  # report logprobs with this many alternatives per token
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -61,13 +69,16 @@ class GenConfig:
         if self.static_k is not None and not 1 <= self.static_k <= 8:
             raise ValueError(f"--static-k must be 1..8, got {self.static_k}")
         self.sampling.validate()
+        check_adjustments(self.logit_bias, self.presence_penalty, self.frequency_penalty,
+                          self.logprobs)
 
 
 class Run:
     """One generation: the context, the output, the stats, and the verify step."""
 
     def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
-                 decode: Callable[[list[int]], str], odds: FirstTokenOdds | None = None):
+                 decode: Callable[[list[int]], str], odds: FirstTokenOdds | None = None,
+                 grammar: Grammar | None = None):
         cfg.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -79,6 +90,9 @@ class Run:
             self.out.limit_reason = "context_window"
         self.stats = GenerationStats(method=cfg.method)
         self.noise = Noise(cfg.seed)
+        penalties = Penalties(dict(cfg.logit_bias), cfg.presence_penalty, cfg.frequency_penalty)
+        self.adjust = adjuster(len(prompt), grammar, penalties, cfg.logprobs)
+        self.logprobs = None  # the last verify's, for commit
         self.t0 = time.perf_counter()
         self.odds = odds if odds is not None else FirstTokenOdds()
         self.telemetry = Telemetry(self.stats, self.t0, self.odds)
@@ -96,12 +110,14 @@ class Run:
             coupled = cfg.sampler == "coupled"
             check = SampleCheck(draft.tokens, None if coupled else draft.q_draft, self.noise,
                                 len(self.ctx), coupled)
-        scores = self.target.score(new, len(draft) + 1, cfg.sampling, check)
+        adjust = self.adjust and {"adjust": self.adjust.rows(self.ctx, draft.tokens)}
+        scores = self.target.score(new, len(draft) + 1, cfg.sampling, check, **(adjust or {}))
         if scores.choice is not None:  # greedy, or the coupled sampler's draws
             verdict = verify_greedy(draft.tokens, scores.choice)
         else:
             verdict = verify_sampled(draft.tokens, draft.q_draft, scores, self.noise,
                                      base=len(self.ctx))
+        self.logprobs = scores.logprobs
         self.target.rollback(len(self.ctx) + verdict.accepted)
         t1 = time.perf_counter()
         self.telemetry.verified(len(new), t1 - t0)
@@ -110,7 +126,9 @@ class Run:
     def commit(self, draft: Draft, verdict: Verdict) -> Event:
         new = draft.tokens[:verdict.accepted] + [verdict.token]
         self.ctx += new
-        ev = self.out.push(new, ["draft"] * verdict.accepted + ["target"])
+        lp = None if self.logprobs is None else emitted(self.logprobs, draft.tokens,
+                                                        verdict.accepted, verdict.token)
+        ev = self.out.push(new, ["draft"] * verdict.accepted + ["target"], lp)
         self.telemetry.emitted(ev.tokens)
         return ev
 
@@ -132,16 +150,17 @@ class Run:
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
-             learned: Learned | None = None) -> Iterator[Event]:
+             learned: Learned | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `learned`: what earlier generations of this pair
     learned (budget, first-token odds, draft health), updated in place. The target keeps
-    what it holds of the prompt (cfg.cache_prompt)."""
+    what it holds of the prompt (cfg.cache_prompt). `grammar`: cfg.response_format compiled
+    (models/grammar.py), fresh for this generation."""
     learned = learned if learned is not None else Learned()
     if cfg.method != "vanilla" and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
-    run = Run(target, prompt, cfg, decode, learned.odds)
+    run = Run(target, prompt, cfg, decode, learned.odds, grammar)
     run.learned = learned
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
     budget = None
@@ -221,7 +240,8 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
-                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler)
+                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
+                         adjust=run.adjust and run.adjust.for_draft())
     try:
         if run.cfg.prefill_threads:
             _prefill_draft(run, drafter, worker)
@@ -244,7 +264,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
-                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler)
+                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
+                         adjust=run.adjust and run.adjust.for_draft())
     branching, telemetry = _branch_policy(run, budget), run.telemetry
     draft = Draft()
     try:

@@ -16,6 +16,7 @@ class Event:
     text: str = ""
     done: bool = False
     stats: dict | None = None  # set on the final event
+    logprobs: list | None = None  # core.logprobs.TokenLogprob per token, when asked for
 
 
 class Output:
@@ -26,6 +27,7 @@ class Output:
         self.limit_reason = "max_new_tokens"  # or "context_window" when the window is nearer
         self.ids: list[int] = []
         self.sources: list[str] = []
+        self.logprobs: list | None = None  # TokenLogprob per id, once a push brings them
         self.sent = 0  # ids handed out in events so far
         self.text = ""  # text released so far
         self.done = False
@@ -35,10 +37,12 @@ class Output:
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.ids)
 
-    def push(self, tokens: list[int], sources: list[str]) -> Event:
+    def push(self, tokens: list[int], sources: list[str], logprobs: list | None = None) -> Event:
         """Commit verified tokens, stopping at EOS, max tokens or a stop string."""
         ev = Event()
-        for tok, src in zip(tokens, sources):
+        if logprobs is not None and self.logprobs is None:
+            self.logprobs = []
+        for i, (tok, src) in enumerate(zip(tokens, sources)):
             if self.done:
                 break
             if tok in self.eos_ids:
@@ -46,6 +50,8 @@ class Output:
                 break
             self.ids.append(tok)
             self.sources.append(src)
+            if logprobs is not None:
+                self.logprobs.append(logprobs[i])
             if self.remaining <= 0:
                 self._finish(self.limit_reason)
         ev.text = self._release()
@@ -67,6 +73,8 @@ class Output:
             while n > self.sent and len(self.decode(self.ids[:n])) > len(self.text):
                 n -= 1
         ev.tokens, ev.sources = self.ids[self.sent:n], self.sources[self.sent:n]
+        if self.logprobs is not None:
+            ev.logprobs = self.logprobs[self.sent:n]
         self.sent = n
 
     def _cut_ids(self, cut: int) -> None:
@@ -75,6 +83,8 @@ class Output:
         while k < len(self.ids) and len(self.decode(self.ids[:k])) < cut:
             k += 1
         del self.ids[k:], self.sources[k:]
+        if self.logprobs is not None:
+            del self.logprobs[k:]
 
     def _finish(self, reason: str) -> None:
         self.done, self.reason = True, reason

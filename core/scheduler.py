@@ -78,9 +78,10 @@ class DraftWorker:
 
     def __init__(self, drafter: Drafter, sampling: SamplingConfig, seed: int,
                  sequential: bool = False, timeout_s: float | None = None,
-                 sampler: str = "coupled"):
+                 sampler: str = "coupled", adjust=None):
         self.drafter, self.sampling = drafter, sampling
         self.draws = draft_draws(seed, sampler)
+        self.adjust = {} if adjust is None else {"adjust": adjust}  # its own, for this thread
         self.sequential, self.timeout_s = sequential, timeout_s
         self.warnings: list[str] = []
         self._hung: Future | None = None
@@ -114,7 +115,7 @@ class DraftWorker:
         t0 = time.perf_counter()
         try:
             proposal = self.drafter.propose(context, n, self.sampling, self.draws, stop,
-                                            branching=branching)
+                                            branching=branching, **self.adjust)
         except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone
             self._fail(f"the draft failed ({type(e).__name__}: {e}); the target went on alone")
             return Drafted.nothing()

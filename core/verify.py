@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.backends import SampleCheck, Scores
+from core.constraints import Adjustments, apply_rows
+from core.logprobs import draft_of, reference_logprobs
 from core.sampling import Noise, SamplingConfig, logits_to_probs
 
 
@@ -54,14 +56,26 @@ def verify_sampled(draft: list[int], q_draft: np.ndarray, scores: Scores, noise:
 
 
 def reference_scores(logits: np.ndarray, sampling: SamplingConfig,
-                     check: SampleCheck | None = None) -> Scores:
-    """The reference reduction of a forward's rows (fakes use it; device targets mirror it)."""
+                     check: SampleCheck | None = None, adjust: Adjustments | None = None,
+                     tokens: list[int] = ()) -> Scores:
+    """The reference reduction of a forward's rows (fakes use it; device targets mirror it):
+    the rows adjusted first; logprobs (when asked) of the raw rows, `tokens` being what the
+    score() call appended."""
+    rows = apply_rows(logits, adjust)
     if sampling.greedy:
-        return Scores(choice=np.asarray(logits).argmax(axis=-1).tolist())
-    p_target = logits_to_probs(logits, sampling)
-    if check.coupled:
-        return Scores(choice=[check.noise.draw(p, check.base + i) for i, p in enumerate(p_target)])
-    return sampled_scores(p_target, check)
+        scores = Scores(choice=rows.argmax(axis=-1).tolist())
+    else:
+        p_target = logits_to_probs(rows, sampling)
+        if check.coupled:
+            scores = Scores(choice=[check.noise.draw(p, check.base + i)
+                                    for i, p in enumerate(p_target)])
+        else:
+            scores = sampled_scores(p_target, check)
+    if adjust is not None and adjust.logprobs is not None:
+        own = scores.choice if scores.choice is not None else scores.recovered + [scores.bonus]
+        scores.logprobs = reference_logprobs(logits, draft_of(tokens, len(rows)), own,
+                                             adjust.logprobs)
+    return scores
 
 
 def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:

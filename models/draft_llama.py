@@ -14,6 +14,7 @@ from llama_cpp._logger import set_verbose
 from core.align import common_prefix
 from core.backends import Branching, Draft, Draws, Proposal
 from core.branching import softmax, top_ids, top_prob
+from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
 
 set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
@@ -50,7 +51,9 @@ class LlamaDrafter:
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
-                branching: Branching | None = None) -> Proposal:
+                branching: Branching | None = None, adjust: Adjuster | None = None) -> Proposal:
+        """`adjust` applies to the draft's rows only when its ids are the target's: with
+        another tokenizer the draft proposes unadjusted and the target's mask decides."""
         self.vocab.settle(context)  # stats: how much of the last proposal this context kept
         ids = self.vocab.to_draft(context)
         if len(ids) >= self.n_ctx - 1:  # the draft's window is full: the target goes on alone
@@ -61,13 +64,25 @@ class LlamaDrafter:
         logits = self._sync(ids)
         sync_s = time.perf_counter() - t0
 
-        def pick(row, i):
-            return self._choose(row, mask, sampling, draws, len(context) + i)
+        adjust = adjust if self.vocab.same else None
+
+        def adjusted(row, drafted):  # None: the grammar refuses this prefix
+            if adjust is None:
+                return row
+            step = adjust.row(context + drafted)
+            return None if step is None else apply_row(row, step)
+
+        def pick(row, drafted):
+            row = adjusted(row, drafted)
+            if row is None:
+                return None, None
+            return self._choose(row, mask, sampling, draws, len(context) + len(drafted))
         if branching is None or n < 2:
             seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
             self._extend(logits, n, pick, stop, seqs[0], rows[0])
         else:
-            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching, mask)
+            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching, mask,
+                                                        adjusted)
         greedy = sampling.greedy
         main = self._draft(seqs[0], rows[0], greedy, after=context)
         others = [self._draft(t, r, greedy) for t, r in zip(seqs[1:], rows[1:])]
@@ -84,17 +99,21 @@ class LlamaDrafter:
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
-            tok, q = pick(logits, i)
+            tok, q = pick(logits, out)
+            if tok is None:
+                break
             out.append(tok)
             rows.append(q)
             if i + 1 < n:
                 logits = self._decode_batch([(tok, 0)])[0]
 
-    def _branched(self, logits, n, pick, stop, branching, mask):
+    def _branched(self, logits, n, pick, stop, branching, mask, adjusted):
         """Dynamic multi-sequence drafting: decide the sequences from theta, then draft them
         all with one batched decode per step (sequence ids share the prefix's KV cache)."""
-        first, q0 = pick(logits, 0)
-        p_first = q0 if q0 is not None else _masked_softmax(logits, mask)
+        first, q0 = pick(logits, [])
+        if first is None:
+            return [[]], [[]], [], 0.0
+        p_first = q0 if q0 is not None else _masked_softmax(adjusted(logits, []), mask)
         ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
         logits2 = self._decode_batch([(first, 0)])[0]
         extra = branching.extra_firsts(p_first, top_prob(logits2), first, n, ranked=ranking)
@@ -106,7 +125,9 @@ class LlamaDrafter:
         while todo or ready:
             for s, row in ready.items():
                 if len(seqs[s]) < steps and not (stop is not None and stop.is_set()):
-                    tok, q = pick(row, len(seqs[s]))
+                    tok, q = pick(row, seqs[s])
+                    if tok is None:
+                        continue
                     seqs[s].append(tok)
                     rows[s].append(q)
                     if len(seqs[s]) < steps:

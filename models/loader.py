@@ -15,6 +15,7 @@ from core.output import Event
 from models.catalog import PairError, draft_path, get_pair, target_source
 from models.convert import converted_dir
 from models.draft_format import pick_draft
+from models.grammar import Grammars
 from models.placement import Placement, draft_share
 from models.prompt_text import ContextOverflow, check_prompt
 from models.target_choice import pick_ctx
@@ -78,6 +79,7 @@ class Pair:
             self.close()
             raise
         self.load_s = time.perf_counter() - t0
+        self.grammars = Grammars(self.tokenizer, self.target.vocab_size, self.target.eos_ids)
         self.profile = None
         self.learned = Learned()  # budget, first-token odds, draft health: across generations
         self._remeasured: set[tuple[int, int]] = set()
@@ -156,6 +158,14 @@ class Pair:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def token_text(self, token: int) -> str:
+        """One token's text (logprobs name their tokens by it)."""
+        return self.tokenizer.decode([token])
+
+    def check_format(self, response_format: dict | None) -> None:
+        """ValueError naming what is wrong with a response_format (its grammar is compiled)."""
+        self.grammars.compile(response_format)
+
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
@@ -164,9 +174,11 @@ class Pair:
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
         drafter = None if cfg.method == "vanilla" else self.drafter
+        grammar = self.grammars.compile(cfg.response_format)
         try:
             yield from self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
-                                             profile, stop, learned=self.learned), cfg)
+                                             profile, stop, learned=self.learned,
+                                             grammar=grammar), cfg)
         except TargetOutOfMemory:
             _empty_cuda_cache(self.target.device)  # the next generation starts with room
             raise

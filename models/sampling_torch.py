@@ -6,14 +6,93 @@ import numpy as np
 import torch
 
 from core.backends import SampleCheck, Scores
+from core.constraints import Adjustments
+from core.logprobs import Logprobs, draft_of
 from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
 
 
 def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
-                  check: SampleCheck | None = None) -> Scores:
-    """Greedy: the rows' argmax (n_rows integers); coupled sampling: each row's draw;
-    rejection sampling: core/verify.sampled_scores on the device (p_target of the draft tokens,
-    residual and bonus draws). One download either way."""
+                  check: SampleCheck | None = None, adjust: Adjustments | None = None,
+                  tokens: list[int] = ()) -> Scores:
+    """core/verify.reference_scores on the device: the rows adjusted, then greedy: their argmax
+    (n_rows integers); coupled sampling: each row's draw; rejection sampling: p_target of the
+    draft tokens, residual and bonus draws; the raw rows' logprobs when asked (`tokens`: what
+    score() appended). One download each."""
+    rows = apply_adjust(logits, adjust)
+    scores = _scores(rows, sampling, check)
+    if adjust is not None and adjust.logprobs is not None:
+        own = scores.choice if scores.choice is not None else scores.recovered + [scores.bonus]
+        scores.logprobs = device_logprobs(logits, draft_of(tokens, len(logits)), own,
+                                          adjust.logprobs)
+    return scores
+
+
+def apply_adjust(logits: torch.Tensor, adjust: Adjustments | None) -> torch.Tensor:
+    """core/constraints.apply_rows on the device: one upload of the packed masks and one of
+    the sparse biases, unpacked and applied there (a new tensor; the raw rows stay)."""
+    if adjust is None or not adjust.changes_logits:
+        return logits
+    x = logits.float().clone()
+    biased = [(i, r) for i, r in enumerate(adjust.rows) if len(r.bias_ids)]
+    if biased:
+        _add_bias(x, biased)
+    if any(r.allowed is not None for r in adjust.rows):
+        x = x.masked_fill(_refused(adjust.rows, x.shape[1], x.device), float("-inf"))
+    return x
+
+
+def _add_bias(x: torch.Tensor, biased: list) -> None:
+    rows = np.concatenate([np.full(len(r.bias_ids), i) for i, r in biased])
+    ids = np.concatenate([r.bias_ids for _, r in biased])
+    values = np.concatenate([r.bias_values for _, r in biased])
+    keep = ids < x.shape[1]
+    index = torch.from_numpy(np.stack([rows[keep], ids[keep]])).to(x.device)
+    x.index_put_((index[0], index[1]), torch.from_numpy(values[keep]).to(x.device),
+                 accumulate=True)
+
+
+def _refused(rows: list, vocab: int, device) -> torch.Tensor:
+    """(n_rows, vocab) bool of the tokens each row's mask refuses (a row without one: none);
+    unpacked on the device by one lookup of each byte's 8 bits."""
+    n_words = next(r.allowed for r in rows if r.allowed is not None).shape[0]
+    words = np.full((len(rows), n_words), 0xFFFFFFFF, dtype=np.uint32)
+    for i, r in enumerate(rows):
+        if r.allowed is not None:
+            words[i] = r.allowed
+    packed = torch.from_numpy(words.view(np.uint8)).to(device).int()
+    refused = _bit_table(device)[packed].reshape(len(rows), -1)
+    if refused.shape[1] < vocab:  # tokens past the words are refused
+        refused = torch.nn.functional.pad(refused, (0, vocab - refused.shape[1]), value=True)
+    return refused[:, :vocab]
+
+
+_TABLES: dict = {}
+
+
+def _bit_table(device) -> torch.Tensor:
+    """(256, 8) bool: bit j of byte b is clear (the token is refused), little-endian."""
+    key = str(device)
+    if key not in _TABLES:
+        bits = (torch.arange(256)[:, None] >> torch.arange(8)[None, :]) & 1
+        _TABLES[key] = (bits == 0).to(device)
+    return _TABLES[key]
+
+
+def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
+                    k: int) -> Logprobs:
+    """core/logprobs.reference_logprobs on the device: one download of the picked values."""
+    lsm = torch.log_softmax(logits.float(), dim=-1)
+    dev, n = lsm.device, lsm.shape[0]
+    picks = torch.tensor([draft + [0] * (n - len(draft)), own], dtype=torch.long, device=dev)
+    chosen = lsm.gather(1, picks.T).T
+    top, top_ids = torch.topk(lsm, k, dim=-1)
+    chosen, top, top_ids = chosen.tolist(), top.tolist(), top_ids.tolist()
+    return Logprobs(draft=chosen[0][:len(draft)], own=chosen[1], top_ids=top_ids, top=top)
+
+
+def _scores(logits: torch.Tensor, sampling: SamplingConfig,
+            check: SampleCheck | None) -> Scores:
+    """Greedy: the rows' argmax; coupled: each row's draw; rejection: sampled_scores."""
     if sampling.greedy:
         return Scores(choice=logits.argmax(dim=-1).tolist())
     probs = logits_to_probs(logits, sampling).double()

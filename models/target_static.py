@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from core.backends import SampleCheck, Scores
+from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models import span_attention as span
 from models.convert import cache_root
@@ -69,15 +70,17 @@ class StaticTarget(TorchTarget):
     # -- the verbs --------------------------------------------------------------------------
     @torch.inference_mode()
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
-              check: SampleCheck | None = None) -> Scores:
-        """Greedy: one forward and one download of n_rows argmaxes; sampling: the head over
-        the n_rows hidden rows, reduced on the device to what the verifier needs."""
+              check: SampleCheck | None = None, adjust: Adjustments | None = None) -> Scores:
+        """Greedy: one forward and one download of n_rows argmaxes; sampling, or rows to
+        adjust or logprobs to report: the head over the n_rows hidden rows, reduced on the
+        device to what the verifier needs."""
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
-        if sampling.greedy and len(tokens) <= self.buckets[-1]:
+        if sampling.greedy and adjust is None and len(tokens) <= self.buckets[-1]:
             choice, _ = self._chunk(tokens)
             end = len(tokens)
             return Scores(choice=choice[end - n_rows:end].tolist())
-        return device_scores(self._head(self._hidden(tokens, n_rows)), sampling, check)
+        logits = self._head(self._hidden(tokens, n_rows))
+        return device_scores(logits, sampling, check, adjust, tokens)
 
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:

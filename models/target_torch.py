@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from core.backends import SampleCheck, Scores
+from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.sampling_torch import device_scores
 
@@ -75,8 +76,8 @@ class TorchTarget:
 
     @torch.inference_mode()
     def score(self, tokens: list[int], n_rows: int, sampling: SamplingConfig,
-              check: SampleCheck | None = None) -> Scores:
-        return device_scores(self.logits(tokens, n_rows), sampling, check)
+              check: SampleCheck | None = None, adjust: Adjustments | None = None) -> Scores:
+        return device_scores(self.logits(tokens, n_rows), sampling, check, adjust, tokens)
 
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:

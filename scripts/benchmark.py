@@ -5,7 +5,9 @@ Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
 duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), the rejection sampler
 (sps-rejection, duo-rejection; the others use --sampler), and peers on the same target:
 hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
-lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone)."""
+lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone).
+NAME-json (vanilla-json, sps-json, duo-json): NAME under --response-format FILE (an OpenAI
+response_format); compared with vanilla-json, and counted for finish `stop` with valid JSON."""
 from __future__ import annotations
 
 import json
@@ -38,6 +40,8 @@ def parse(argv=None):
     p.add_argument("--limit-per-category", type=int, default=0, help="0 = all")
     p.add_argument("--out", required=True)
     p.add_argument("--raw", action="store_true")
+    p.add_argument("--response-format", metavar="FILE",
+                   help="JSON file with an OpenAI response_format, for the NAME-json methods")
     p.add_argument("--figure1-lengths", default="64,128,256,512,1024,2048",
                    help="input lengths for figure 1 ('' to skip)")
     add_decoding_args(p)
@@ -66,6 +70,8 @@ def load_questions(path: str, limit: int) -> list[dict]:
 
 
 def method_config(args, name: str):
+    if name.endswith("-json"):
+        return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
         return peer_config(name, gen_config(args, "vanilla"))
     base = name if name in METHODS else VARIANTS.get(name, {}).get("method", "duo")
@@ -78,6 +84,26 @@ def method_config(args, name: str):
     return cfg
 
 
+def response_format(args) -> dict:
+    if not args.response_format:
+        raise ValueError("the NAME-json methods need --response-format FILE")
+    try:
+        return json.loads(Path(args.response_format).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--response-format: {e}") from None
+
+
+def valid_json(text: str, response_format: dict) -> bool:
+    """The text parses as a JSON object with the schema's required keys (a light check; the
+    grammar engine enforced the rest)."""
+    try:
+        out = json.loads(text)
+    except ValueError:
+        return False
+    schema = (response_format.get("json_schema") or {}).get("schema") or {}
+    return isinstance(out, dict) and all(k in out for k in schema.get("required", []))
+
+
 def run_one(pair, ids, cfg) -> dict:
     """One cold generation: the caches from the method before would spare this one the
     prompt's prefills."""
@@ -88,6 +114,9 @@ def run_one(pair, ids, cfg) -> dict:
         tokens += ev.tokens
         stats = ev.stats or stats
     stats["token_ids"] = tokens
+    if getattr(cfg, "response_format", None):
+        stats["stop_and_valid"] = (stats["stop_reason"] == "eos"
+                                   and valid_json(pair.decode(tokens), cfg.response_format))
     return stats
 
 
@@ -132,6 +161,8 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
            "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
            "gammas_used": _merge(r.get("gammas_used", {}) for r in runs),
            "seq_hist": _merge(r.get("seq_hist", {}) for r in runs)}
+    if any("stop_and_valid" in r for r in runs):
+        out["stop_and_valid_json"] = sum(r.get("stop_and_valid", False) for r in runs)
     if base:
         b_tok, b_wall = sum(r["new_tokens"] for r in base), sum(r["wall_s"] for r in base)
         out["speedup"] = _ratio(out["tokens_per_s"], _ratio(b_tok, b_wall))
@@ -168,9 +199,10 @@ def _merge(dicts) -> dict:
 
 
 def summarize(results: dict[str, list]) -> dict:
-    base = results.get("vanilla")
+    """Per method; NAME-json methods are compared with vanilla-json, the others with vanilla."""
     out = {}
     for m, runs in results.items():
+        base = results.get("vanilla-json" if m.endswith("-json") else "vanilla")
         cats = sorted({r["category"] for r in runs})
         by = {c: [r for r in runs if r["category"] == c] for c in cats}
         bby = {c: [r for r in base if r["category"] == c] for c in cats} if base else {}
@@ -187,6 +219,12 @@ def markdown(summary: dict) -> str:
             rows.append(f"| {m} | {cat} | {st['tokens_per_s']:.1f} | {st.get('speedup', 1.0):.2f}"
                         f" | {st['ttft_s']:.3f} | {st['acceptance_rate']:.2f}"
                         f" | {st['mean_accepted_per_round']:.2f} | {st['overlap_efficiency']:.2f} |")
+    for m, s in summary.items():
+        st = s["overall"]
+        if "stop_and_valid_json" in st:
+            rows.append(f"\n{m}: {st['stop_and_valid_json']} of {st['prompts']} ended with stop "
+                        f"and valid JSON; {st.get('identical_to_vanilla', '-')} equal to "
+                        "vanilla-json")
     return "\n".join(rows)
 
 
@@ -253,6 +291,8 @@ def main(argv=None) -> None:
         pair = Pair(args.pair, load_options(args))
         for m in methods:
             check(pair, m)
+            if m.endswith("-json"):
+                pair.check_format(response_format(args))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
     except (PairError, ValueError, OSError) as e:

@@ -10,6 +10,7 @@ from core.align import VocabSide
 from core.verify import reference_scores
 from core.backends import Draft, Proposal, Scores
 from core.budget import Profile
+from core.constraints import apply_row
 from core.sampling import SamplingConfig, logits_to_probs
 
 
@@ -48,8 +49,8 @@ class FakeTarget(Threads):
     def cached_ids(self) -> list[int]:
         return self.cache
 
-    def score(self, tokens, n_rows, sampling, check=None):
-        return reference_scores(self.logits(tokens, n_rows), sampling, check)
+    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
+        return reference_scores(self.logits(tokens, n_rows), sampling, check, adjust, tokens)
 
     def logits(self, tokens, n_rows):
         self.cache.extend(tokens)
@@ -73,14 +74,16 @@ class FakeDrafter(Threads):
         self.calls: list[tuple[int, int]] = []
         self.branch_counts: list[int] = []
 
-    def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None):
+    def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None,
+                adjust=None):
         self.calls.append((len(context), n))
+        self.adjust = adjust
         main = self._sequence(list(context), [], n, sampling, draws, stop)
         if branching is None or n < 2 or not main.tokens:
             return Proposal(main)
-        p_first = self._q(context[-1], sampling)
-        p_first = p_first if not sampling.greedy else self._q(context[-1], SamplingConfig(1.0))
-        p2 = self._q(main.tokens[0], SamplingConfig(1.0)).max()
+        p_first = self._q(context, sampling)
+        p_first = p_first if not sampling.greedy else self._q(context, SamplingConfig(1.0))
+        p2 = self._q(list(context) + main.tokens[:1], SamplingConfig(1.0)).max()
         firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0], n)
         steps = branching.steps(n, 1 + len(firsts))
         main = self._sequence(list(context), [], steps, sampling, draws, stop)
@@ -91,8 +94,12 @@ class FakeDrafter(Threads):
         self.branch_counts.append(out.n_seqs)
         return out
 
-    def _q(self, last, sampling):
-        return logits_to_probs(np.log(self.Q[last] + 1e-30), sampling)
+    def _q(self, tokens, sampling):
+        """q after `tokens`, adjusted for that prefix when a generation asks for it."""
+        logits = np.log(self.Q[tokens[-1]] + 1e-30)
+        if getattr(self, "adjust", None) is not None:
+            logits = apply_row(logits, self.adjust.row(tokens))
+        return logits_to_probs(logits, sampling)
 
     def _sequence(self, context, forced, n, sampling, draws, stop) -> Draft:
         tokens, out, rows = context, [], []
@@ -101,7 +108,7 @@ class FakeDrafter(Threads):
                 break
             if self.delay:
                 time.sleep(self.delay)
-            q = self._q(tokens[-1], sampling)
+            q = self._q(tokens, sampling)
             tok = forced[i] if i < len(forced) else (self.script(tokens) if self.script else None)
             if tok is None and sampling.greedy:
                 tok = int(np.argmax(q))
@@ -151,3 +158,45 @@ class LongestMatch:
                     out.append(self.byte_id[data[i]])
                 i += 1
         return out
+
+
+class FakeGrammar:
+    """A core.constraints.Grammar over a small vocabulary: token t may follow `prev` (the last
+    generated token, -1 at the start) when (2 * prev + t) % 3 != 0; `eos` is always allowed."""
+
+    def __init__(self, vocab: int, eos: int | None = None):
+        self.vocab, self.eos, self.consumed = vocab, eos, []
+        self.masks = 0  # masks asked for
+
+    @staticmethod
+    def allows(prev: int, t: int) -> bool:
+        return (2 * prev + t) % 3 != 0
+
+    def allowed(self) -> np.ndarray:
+        prev = self.consumed[-1] if self.consumed else -1
+        ok = np.array([self.allows(prev, t) for t in range(self.vocab)])
+        if self.eos is not None:
+            ok[self.eos] = True
+        return ok
+
+    def advance(self, tokens) -> int:
+        for n, t in enumerate(tokens):
+            if not self.allowed()[t]:
+                return n
+            self.consumed.append(t)
+        return len(tokens)
+
+    def rollback(self, n):
+        del self.consumed[len(self.consumed) - n:]
+
+    def mask(self):
+        self.masks += 1
+        bits = np.packbits(self.allowed(), bitorder="little")
+        words = np.zeros(4 * ((self.vocab + 31) // 32), np.uint8)
+        words[:len(bits)] = bits
+        return words.view(np.uint32)
+
+    def fork(self):
+        twin = FakeGrammar(self.vocab, self.eos)
+        twin.consumed = list(self.consumed)
+        return twin

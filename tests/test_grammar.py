@@ -1,0 +1,113 @@
+"""response_format, logit_bias, penalties and logprobs on the real smol-self pair: greedy
+`sps` and `duo` equal the adjusted target alone (`vanilla`) token for token, on the eager and
+the compiled static target; a schema's output validates and ends with EOS."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.engine import GenConfig
+
+SCHEMA = {"type": "object", "required": ["answer", "steps"], "additionalProperties": False,
+          "properties": {"answer": {"type": "string", "maxLength": 60},
+                         "steps": {"type": "array", "maxItems": 2,
+                                   "items": {"type": "string", "maxLength": 30}}}}
+RF = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": SCHEMA}}
+PROMPTS = ["Why is the sky blue? Answer in JSON.",
+           "What is 17 times 23? Show the steps, in JSON."]
+ADJUSTED = {"schema": {"response_format": RF},
+            "bias+penalties": {"logit_bias": {13: 2.0, 30: -5.0}, "presence_penalty": 0.6,
+                               "frequency_penalty": 0.8},
+            "everything": {"response_format": RF, "logit_bias": {1024: 1.5},
+                           "frequency_penalty": 0.5}}
+
+
+def run(pair, prompt, n=48, **kw):
+    events = list(pair.generate(pair.prompt_ids(prompt), GenConfig(max_new_tokens=n, **kw)))
+    tokens = [t for e in events for t in e.tokens]
+    return tokens, events[-1].stats, [lp for e in events for lp in (e.logprobs or [])]
+
+
+@pytest.fixture(scope="module")
+def compiled(pair_with):
+    """smol-self with the compiled static target, two buckets (each compiles a graph)."""
+    return pair_with(target_compile="on", compile_buckets=(4, 16), n_ctx=512)
+
+
+@pytest.mark.parametrize("fields", ADJUSTED.values(), ids=ADJUSTED.keys())
+def test_greedy_equals_vanilla_eager(smol_pair, fields):
+    for prompt in PROMPTS:
+        want = run(smol_pair, prompt, method="vanilla", **fields)[0]
+        assert want != run(smol_pair, prompt, method="vanilla")[0]  # the fields bite
+        for method, gamma in (("sps", 4), ("duo", None), ("duo", 2)):
+            got = run(smol_pair, prompt, method=method, gamma=gamma, **fields)[0]
+            assert got == want, f"{method} gamma={gamma} differs on {prompt!r}"
+
+
+@pytest.mark.parametrize("fields", [ADJUSTED["everything"]], ids=["everything"])
+def test_greedy_equals_vanilla_compiled(compiled, fields):
+    for prompt in PROMPTS:
+        want = run(compiled, prompt, method="vanilla", **fields)[0]
+        for method in ("sps", "duo"):
+            assert run(compiled, prompt, method=method, **fields)[0] == want
+
+
+def test_schema_output_validates_and_stops(smol_pair):
+    for prompt in PROMPTS:
+        tokens, stats, _ = run(smol_pair, prompt, n=160, method="duo", response_format=RF)
+        assert stats["stop_reason"] == "eos"
+        out = json.loads(smol_pair.decode(tokens))
+        assert set(out) == {"answer", "steps"} and len(out["answer"]) <= 60
+        assert len(out["steps"]) <= 2 and all(len(s) <= 30 for s in out["steps"])
+
+
+def test_json_object_gives_an_object(smol_pair):
+    tokens, stats, _ = run(smol_pair, PROMPTS[0], n=24, method="duo",
+                           response_format={"type": "json_object"})
+    assert smol_pair.decode(tokens).startswith("{")
+
+
+def test_logprobs_of_duo_equal_vanilla(smol_pair):
+    want, _, want_lp = run(smol_pair, PROMPTS[0], n=24, method="vanilla", logprobs=3)
+    got, _, got_lp = run(smol_pair, PROMPTS[0], n=24, method="duo", logprobs=3)
+    assert got == want and [lp.token for lp in got_lp] == want
+    for a, b in zip(got_lp, want_lp):
+        assert a.top[0][0] == a.token  # greedy: the raw distribution's top token
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-3) and a.logprob <= 0
+        assert [t for t, _ in a.top] == [t for t, _ in b.top]
+
+
+def test_logprobs_are_of_the_raw_distribution_under_a_schema(smol_pair):
+    """The schema forces the first tokens; their logprobs are still the model's own."""
+    tokens, _, lps = run(smol_pair, PROMPTS[0], n=4, method="duo", response_format=RF,
+                         logprobs=1)
+    assert smol_pair.decode(tokens).startswith('{"answer": ')
+    assert [lp.token for lp in lps] == tokens and lps[0].logprob < lps[0].top[0][1] + 1e-6
+
+
+def test_a_bad_schema_is_refused(smol_pair):
+    bad = {"type": "json_schema", "json_schema": {"strict": True,
+                                                  "schema": {"type": "object", "minProperties": "x"}}}
+    with pytest.raises(ValueError, match="response_format"):
+        run(smol_pair, PROMPTS[0], n=4, method="duo", response_format=bad)
+
+
+@pytest.fixture(scope="module")
+def gemma_pair():
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                          target_quant="none"))
+    yield pair
+    pair.close()
+
+
+def test_different_tokenizers_mask_the_target_alone(gemma_pair):
+    """gemma-smol: the draft proposes unadjusted (its ids are not the target's); greedy `sps`
+    and `duo` still equal `vanilla` under a schema and biases."""
+    fields = {**ADJUSTED["everything"], "logit_bias": {236772: 1.5}}
+    want = run(gemma_pair, PROMPTS[0], n=32, method="vanilla", **fields)[0]
+    assert gemma_pair.decode(want).startswith('{"answer": ')
+    for method in ("sps", "duo"):
+        assert run(gemma_pair, PROMPTS[0], n=32, method=method, **fields)[0] == want
