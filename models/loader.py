@@ -44,8 +44,10 @@ class Pair:
         from transformers import AutoTokenizer
 
         from models.draft_llama import LlamaDrafter
+        from models.quiet import quiet_libraries
         from models.target_choice import load_target, pick_quant_kind
 
+        quiet_libraries()
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
         say = progress or (lambda m: log.info(m))
         t0 = time.perf_counter()
@@ -198,8 +200,9 @@ class Pair:
 
 def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
     """The draft's window from the target's: the same text may take more draft tokens with
-    another tokenizer (twice is ample; past its window the draft proposes nothing and the
-    target goes on alone), plus room for one chunk."""
+    another tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it
+    within the draft's trained window; past its window the draft proposes nothing and the
+    target goes on alone."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
 
 
