@@ -10,7 +10,7 @@ import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SamplingConfig
-from models.target_choice import COMPILE_CHOICES, MIN_CTX, QUANT_CHOICES
+from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -66,8 +66,8 @@ def load_options(args):
                                ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
-    if args.ctx_size is not None and args.ctx_size < MIN_CTX:
-        raise ValueError(f"--ctx-size must be at least {MIN_CTX}, got {args.ctx_size}")
+    if args.ctx_size is not None:
+        check_ctx_size(args.ctx_size)
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,

@@ -23,25 +23,6 @@ def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
     return weights + max(weights // 10, GIB // 2)
 
 
-def check_target_fits(config: dict, device: str, dtype_bytes: int) -> None:
-    """Raise PairError saying how much is needed and how much is free when the target won't fit."""
-    free, where = free_bytes(device)
-    if free is None:
-        return
-    need = estimate_bytes(config, dtype_bytes)
-    if need > free:
-        params = Shape.from_config(config).parameters() / 1e9
-        dtype = DTYPE_NAMES.get(dtype_bytes, f"{dtype_bytes}-byte")
-        raise PairError(f"the target needs ~{need / GIB:.1f} GiB ({params:.2f}B parameters in {dtype}), "
-                        f"only {free / GIB:.1f} GiB free on {where}; pick a smaller pair "
-                        f"(python scripts/download_models.py --list) or free some memory")
-
-
-def check_folder_fits(folder: Path, device: str, dtype_bytes: int) -> None:
-    """check_target_fits for a downloaded model folder (the ("hf", folder) of target_source)."""
-    check_target_fits(json.loads((Path(folder) / "config.json").read_text()), device, dtype_bytes)
-
-
 def free_bytes(device: str) -> tuple[int | None, str]:
     """Free memory on the device the target goes to: GPU memory for cuda*, available RAM for cpu."""
     free, _, where = device_memory(device)

@@ -25,9 +25,7 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
     config = json.loads((Path(model_dir) / "config.json").read_text())
     trained = trained_window(config)
     if asked is not None:
-        if not MIN_CTX <= asked <= trained:
-            raise ValueError(f"--ctx-size must be {MIN_CTX}..{trained} (the target's trained "
-                             f"window), got {asked}")
+        check_ctx_size(asked, trained)
         return asked, "as asked"
     want = min(trained, DEFAULT_CTX)
     default = f"the default, min(trained window {trained}, {DEFAULT_CTX})"
@@ -39,6 +37,16 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
     if fit >= want:
         return want, default
     return max(MIN_CTX, fit), f"what {budget.where} holds in {kind} ({default})"
+
+
+def check_ctx_size(asked: int, trained: int | None = None) -> None:
+    """The one rule for `--ctx-size`: MIN_CTX up to the target's trained window (checked
+    without it before a model loads, then with it)."""
+    if trained is None and asked < MIN_CTX:
+        raise ValueError(f"--ctx-size must be at least {MIN_CTX}, got {asked}")
+    if trained is not None and not MIN_CTX <= asked <= trained:
+        raise ValueError(f"--ctx-size must be {MIN_CTX}..{trained} (the target's trained "
+                         f"window), got {asked}")
 
 
 def _running(device: str, dtype: str) -> tuple[str, ...]:
