@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,9 @@ class Pair:
         self.target = load_target(model_dir, device, dtype, n_ctx, self.opts.target_compile,
                                   self.opts.compile_buckets, say, quant, group)
         self.drafter = None
+        # a fast tokenizer is not safe to share between threads: the page's context meter
+        # tokenizes while a generation decodes, so every use of it takes this lock
+        self._tokenizer_lock = threading.Lock()
         try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
             say(f"loading draft {draft_gguf.name} on the CPU")
@@ -133,12 +137,13 @@ class Pair:
     def prompt_ids(self, prompt: str | list[dict], raw: bool = False) -> list[int]:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         check_prompt(messages, self.target.n_ctx)  # before tokenizing: a 2 MB paste is quick
-        if raw or not self.tokenizer.chat_template:
-            text = "".join(m["content"] for m in messages)
-            ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
-        else:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                     tokenize=True)["input_ids"]
+        with self._tokenizer_lock:
+            if raw or not self.tokenizer.chat_template:
+                text = "".join(m["content"] for m in messages)
+                ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+            else:
+                ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                         tokenize=True)["input_ids"]
         limit = self.target.n_ctx - 1
         if len(ids) > limit:
             raise ContextOverflow(f"the prompt is {len(ids)} tokens; the context window "
@@ -154,7 +159,8 @@ class Pair:
                              f"most {room} new tokens fit")
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        with self._tokenizer_lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:

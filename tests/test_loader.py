@@ -1,6 +1,9 @@
 """The pair loader's bookkeeping on the real smol-self pair."""
 from __future__ import annotations
 
+import threading
+import time
+
 import models.profiler as profiler
 from core.budget import Profile
 from core.engine import GenConfig
@@ -92,3 +95,54 @@ def test_target_out_of_memory_empties_the_cuda_cache_and_the_pair_goes_on(smol_p
             tokens("duo")
     assert emptied and smol_pair.target.n_cached == 0
     assert tokens("duo") == expected
+
+
+class Watched:
+    """A tokenizer that counts how many threads are inside it at once."""
+
+    def __init__(self, tok):
+        self.tok, self.inside, self.most = tok, 0, 0
+        self.lock = threading.Lock()
+
+    def _watch(self, fn, *a, **k):
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            time.sleep(0.001)  # widen the window two callers would share
+            return fn(*a, **k)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+    def __call__(self, *a, **k):
+        return self._watch(self.tok, *a, **k)
+
+    def __getattr__(self, name):
+        attr = getattr(self.tok, name)
+        return (lambda *a, **k: self._watch(attr, *a, **k)) if callable(attr) else attr
+
+
+def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pair,
+                                                                        monkeypatch):
+    from app.host import ModelHost
+
+    watched = Watched(smol_pair.tokenizer)
+    monkeypatch.setattr(smol_pair, "tokenizer", watched)
+    host = ModelHost(lambda name, say: smol_pair)
+    host.pair, host.name = smol_pair, "smol-self"
+    done, uses = threading.Event(), []
+
+    def meter():
+        while not done.is_set():
+            uses.append(host.context_use([{"role": "user", "content": "How long is this?"}]))
+
+    thread = threading.Thread(target=meter)
+    thread.start()
+    ids = smol_pair.prompt_ids("Count to twenty.")
+    cfg = GenConfig(method="vanilla", max_new_tokens=24, stop_strings=("never",))
+    list(smol_pair.generate(ids, cfg))
+    done.set()
+    thread.join()
+    assert uses and uses[0][1] == smol_pair.target.n_ctx
+    assert watched.most == 1
