@@ -7,6 +7,7 @@ import time
 import models.profiler as profiler
 from core.budget import Profile
 from core.engine import GenConfig
+from core.learned import Learned
 
 
 def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
@@ -146,3 +147,39 @@ def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pai
     thread.join()
     assert uses and uses[0][1] == smol_pair.target.n_ctx
     assert watched.most == 1
+
+
+def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monkeypatch):
+    asked = []
+    profiles = iter([Profile(0.005, [0.02] * 32), Profile(0.010, [0.04] * 32)])
+
+    def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
+        asked.append(remeasure)
+        return next(profiles) if remeasure else Profile(0.005, [0.02] * 32)
+
+    monkeypatch.setattr(profiler, "load_or_measure", fake_load)
+    monkeypatch.setattr(smol_pair, "learned", Learned())
+    state = {"alpha": 0.8, "draft_scale": 1.0, "verify_scale": 2.6,
+             "profile": Profile(0.005, [0.02] * 32), "since_probe": 0}
+    smol_pair.learned.budgets["duo"] = dict(state)
+    smol_pair.ensure_profile("duo")  # drifted: measured again, the same profile: held
+    smol_pair.ensure_profile("duo")
+    smol_pair.learned.budgets["duo"] = dict(state, verify_scale=1.0)  # back: the hold ends
+    smol_pair.ensure_profile("duo")
+    smol_pair.learned.budgets["duo"] = dict(state, draft_scale=0.2)
+    smol_pair.ensure_profile("duo")  # drifted: a new profile; its scales start afresh
+    smol_pair.ensure_profile("duo")
+    assert asked == [True, False, False, True, False]
+
+
+def test_the_page_s_button_times_threads_and_profiles_again(smol_pair, monkeypatch):
+    asked = []
+    monkeypatch.setattr(profiler, "load_or_measure", lambda *a, **k: asked.append(a[4]) or
+                        Profile(0.005, [0.02] * 32))
+    monkeypatch.setattr(profiler, "pick_draft_threads",
+                        lambda *a: asked.append(("threads", a[-1])) or {1: 0.005})
+    monkeypatch.setattr(smol_pair, "_placement", None)
+    monkeypatch.setattr(smol_pair, "_thread_times", {})
+    smol_pair.remeasure()
+    smol_pair.placement()  # kept: nothing is timed again
+    assert asked == [("threads", True), True, True]
