@@ -12,7 +12,7 @@ import pytest
 
 from core.engine import GenConfig, generate
 from core.learned import Learned
-from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, fake_profile
 
 V = 8
 PROMPT = [0]
@@ -150,10 +150,10 @@ def test_a_clean_generation_has_no_warnings():
 def test_the_next_generation_starts_from_what_the_budget_learned():
     """Acceptance and timing scales carry over (the prior is 0.8; this draft is always
     right), and the branch policy prices sequences with the learned alpha."""
-    drafter, learned = FaultyDrafter(), Learned()
+    drafter, learned = FaultyDrafter(), ScriptedLearned(verify_ratio=1.5)  # no clock
     _, first = run("duo", drafter, learned, max_new_tokens=30)
     end = first.stats["gamma_profile"]
-    assert end["alpha"] > 0.9
+    assert end["alpha"] > 0.9 and end["verify_scale"] > 1.2
     n = len(drafter.alphas)
     _, second = run("duo", drafter, learned, max_new_tokens=30)
     assert drafter.alphas[n] == pytest.approx(end["alpha"], abs=1e-3)
