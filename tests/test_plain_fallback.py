@@ -67,9 +67,13 @@ class ThreadedDraft(FakeDrafter):
 
 
 def test_draft_threads_are_picked_by_measurement(tmp_path, monkeypatch):
+    import models.profiler as profiler
     from models.profiler import fastest_threads, pick_draft_threads
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
+    monkeypatch.setattr(profiler, "draft_once",  # injected times: the draft's own table
+                        lambda drafter, ctx, n: drafter.TIMES[drafter.threads] * n)
     drafter = ThreadedDraft(markov(1000, seed=4))
     times = pick_draft_threads("fake-pair", drafter, 7)
     assert sorted(times) == [1, 2, 4, 7] and drafter.threads == 1  # its own count restored

@@ -24,6 +24,8 @@ def fake_targets(monkeypatch, tmp_path):
     monkeypatch.setattr(eager, "TorchTarget", type("TorchTarget", (Fake,), {}))
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(choice, "triton_missing", lambda: None)
+    import models.profiler as profiler
+    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
     return built
 
 
@@ -120,7 +122,6 @@ def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets,
 
     import models.profiler as profiler
 
-    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)
     key = f"v4|{profiler.machine_key()}|compile|m|float32|ctx4096"
     busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}
     (tmp_path / "target_paths.json").write_text(json.dumps({key: busy}))
