@@ -9,7 +9,7 @@ import os
 import sys
 
 from core.engine import METHODS, GenConfig
-from core.sampling import SamplingConfig
+from core.sampling import SAMPLERS, SamplingConfig
 from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
 
 DEFAULT_PAIR = "smol-self"
@@ -84,6 +84,8 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=number, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sampler", choices=SAMPLERS, default="coupled",
+                   help="sampling: coupled (a seed gives vanilla's text) or rejection")
     p.add_argument("--gamma", default="auto", help="'auto' (hardware-aware) or a number")
     p.add_argument("--sequential", action="store_true", help="duo without overlap (comparison)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
@@ -108,7 +110,7 @@ def gen_config(args, method: str) -> GenConfig:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     cfg = GenConfig(method=method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                    seed=args.seed, gamma=parse_gamma(args.gamma),
+                    seed=args.seed, sampler=args.sampler, gamma=parse_gamma(args.gamma),
                     stop_strings=tuple(args.stop), sequential=args.sequential,
                     multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
                     theta_scale=args.theta_scale, static_k=args.static_k)

@@ -2,7 +2,7 @@
 page comes up at once and says how loading goes.
 
     python app/main.py [--pair NAME] [--host 127.0.0.1] [--port 7860] [--no-ui]
-                       [--api-key KEY] [--max-queue 16] [--share]
+                       [--api-key KEY] [--max-queue 16] [--cors ORIGIN ...] [--share]
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app calls no one home
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.cors import origins, use_cors  # noqa: E402
 from app.cli import Parser, add_model_args, fail, load_options, quiet_logs  # noqa: E402
 from models.catalog import PairError, get_pair  # noqa: E402
 
@@ -33,6 +34,9 @@ def parse(argv=None) -> argparse.Namespace:
                    help="require 'Authorization: Bearer KEY' on /v1 (default: DUO_API_KEY)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="API requests waiting or running before more are refused (429)")
+    p.add_argument("--cors", action="append", metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000) call the API "
+                        "from a browser; repeat or give a comma list (default: none)")
     args = p.parse_args(argv)
     if args.max_queue < 1:
         p.error(f"--max-queue must be >= 1, got {args.max_queue}")
@@ -75,6 +79,7 @@ def serve_api(host, api, args, t0: float) -> None:
 
     app = FastAPI(title="DuoDecoding API", docs_url=None, redoc_url=None)
     app.include_router(api)
+    use_cors(app, origins(args.cors))
     print(f"API on http://{args.host}:{args.port}/v1 after {time.perf_counter() - t0:.1f} s; "
           f"loading '{args.pair}' in the background", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
@@ -102,6 +107,7 @@ def serve_ui(host, api, args, t0: float) -> None:
     except OSError as e:  # port taken, address not available
         fail(f"cannot serve on {args.host}:{args.port}: {e}")
     demo.app.include_router(api)  # the API shares the page's server and its one model
+    use_cors(demo.app, origins(args.cors))  # ours in place of gradio's rule
     print(f"page up at {demo.local_url} (API at {demo.local_url}v1) after "
           f"{time.perf_counter() - t0:.1f} s; loading '{args.pair}' in the background",
           file=sys.stderr, flush=True)

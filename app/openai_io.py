@@ -1,20 +1,46 @@
-"""The OpenAI wire format: request bodies checked into engine settings, and the response, chunk
-and error shapes (final ones carry `usage` and llama-server style `timings`)."""
+"""The OpenAI wire format, requests: bodies checked into engine settings (null is the default,
+fields we cannot honour yet are refused by name) and the error shape."""
 from __future__ import annotations
 
 import json
-import time
-import uuid
+import secrets
 from typing import Literal, Union
 
-from fastapi.responses import JSONResponse
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
-FINISH = {"eos": "stop", "stop_string": "stop", "stopped": "stop",
-          "max_new_tokens": "length", "context_window": "length"}
+MAX_STOPS = 64  # stop strings per request
+MAX_N = 8  # choices per request (generated one after another)
+SEED_LIMIT = 2**63
+MAX_BODY = 8 << 20  # bytes of request body read at most (a 2 MB paste is refused later, by length)
+
+# Fields that change the output and are not honoured yet: a value other than null or the
+# default here is refused with a 400 naming the field. Lift a line when its field is honoured.
+NOT_YET = {
+    "response_format": lambda v: v == {"type": "text"},
+    "logprobs": lambda v: v == 0,  # false or 0
+    "top_logprobs": lambda v: v == 0,
+    "logit_bias": lambda v: v == {},
+    "frequency_penalty": lambda v: v == 0,
+    "presence_penalty": lambda v: v == 0,
+    "tool_choice": lambda v: v in ("none", "auto"),  # "required" and named: constrained output
+    "echo": lambda v: v is False,
+    "best_of": lambda v: v == 1,
+    "suffix": lambda v: v == "",
+    # llama-server's own sampling fields
+    "grammar": lambda v: v == "",
+    "json_schema": lambda v: v == {},
+    "n_probs": lambda v: v == 0,
+    "min_p": lambda v: v == 0,
+    "repeat_penalty": lambda v: v == 1,
+    "typical_p": lambda v: v == 1,
+    "mirostat": lambda v: v == 0,
+    "ignore_eos": lambda v: v is False,
+}
 
 
 class ApiError(Exception):
@@ -32,38 +58,112 @@ class ApiError(Exception):
         return JSONResponse({"error": body}, status_code=self.status)
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+async def guarded(call) -> Response:
+    """Await an endpoint; an ApiError goes out in the OpenAI shape."""
+    try:
+        return await call
+    except ApiError as e:
+        return e.response()
+
+
+async def read_body(request: Request) -> bytes:
+    """The body, or 413 past MAX_BODY (told by its length header, else while reading)."""
+    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes",
+                       code="request_too_large")
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise too_big
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY:
+            raise too_big
+    return bytes(body)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
+class CalledFunction(Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(Strict):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class Message(Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[TextPart], None] = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(p.text for p in self.content)
         return self.content or ""
 
+    def for_template(self) -> dict:
+        """The turn as transformers' chat templates take it (call arguments as a dict)."""
+        out = {"role": "system" if self.role == "developer" else self.role,
+               "content": self.text()}
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                for c in self.tool_calls]
+        for key in ("name", "tool_call_id"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
 
-class Knobs(BaseModel):
+
+def _arguments(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class Function(Strict):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict | None = None
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: Function
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class Knobs(Strict):
     """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma,
-    multi_seq, theta_scale, cache_prompt). Unknown fields are ignored, as OpenAI-style
-    servers do."""
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    multi_seq, theta_scale, cache_prompt) and llama-server's n_predict. Unknown fields are
+    ignored, as OpenAI-style servers do (those that change the output: see NOT_YET)."""
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    n_predict: int | None = Field(None, ge=-1)  # llama-server: -1 is "no limit"
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
-    seed: int = Field(0, ge=0, lt=2**63)
+    seed: int | None = Field(None, ge=-1, lt=SEED_LIMIT)  # None or -1: a fresh random seed
     stop: Union[str, list[str], None] = None
     stream: bool = False
-    n: int = Field(1, ge=1, le=1)
+    stream_options: StreamOptions = Field(default_factory=StreamOptions)
+    n: int = Field(1, ge=1, le=MAX_N)
     method: Literal["vanilla", "sps", "duo"] = "duo"
     gamma: int | None = Field(None, ge=1, le=64)
     multi_seq: bool = True
@@ -71,28 +171,46 @@ class Knobs(BaseModel):
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
 
     def wanted_tokens(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
+        if self.n_predict == 0:
+            raise ApiError(400, "n_predict: must be -1 (no limit) or >= 1", param="n_predict",
+                           code="invalid_value")
+        predict = self.n_predict if self.n_predict and self.n_predict > 0 else None
+        return self.max_completion_tokens or self.max_tokens or predict
 
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stops) > 4 or any(not s for s in stops):
-            raise ApiError(400, "stop: at most 4 non-empty strings", param="stop")
+        if len(stops) > MAX_STOPS or any(not s for s in stops):
+            raise ApiError(400, f"stop: at most {MAX_STOPS} non-empty strings", param="stop",
+                           code="invalid_value")
         return tuple(stops)
 
-    def gen_config(self, max_new_tokens: int) -> GenConfig:
+    def base_seed(self) -> int:
+        """The seed asked for, or a fresh random one (returned to the client)."""
+        if self.seed is None or self.seed == -1:
+            return secrets.randbelow(2**32)
+        return self.seed
+
+    def gen_config(self, max_new_tokens: int, seed: int) -> GenConfig:
         sampling = SamplingConfig(self.temperature, self.top_k, self.top_p)
         return GenConfig(method=self.method, max_new_tokens=max_new_tokens, sampling=sampling,
-                         seed=self.seed, gamma=self.gamma, stop_strings=self.stops(),
+                         seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          cache_prompt=self.cache_prompt)
 
 
 class ChatRequest(Knobs):
     messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Union[Literal["none", "auto"], None] = None  # others: NOT_YET
 
     def conversation(self) -> list[dict]:
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in self.messages]
+        return [m.for_template() for m in self.messages]
+
+    def tool_list(self) -> list[dict] | None:
+        """The tools to render into the prompt: none when absent or tool_choice is "none"."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
 
 class CompletionRequest(Knobs):
@@ -105,15 +223,16 @@ class CompletionRequest(Knobs):
             return self.prompt[0]
         return self.prompt
 
+    def tool_list(self) -> None:
+        return None
+
 
 def parse(model: type[BaseModel], body: bytes) -> BaseModel:
-    """The request body as `model`, or a 400 ApiError naming the first bad field."""
-    try:
-        data = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        raise ApiError(400, f"the body is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the body must be a JSON object")
+    """The request body as `model`, or a 400 ApiError naming the first bad field. A null
+    field is an absent one (a required one then reads as missing)."""
+    data = load_json(body)
+    data = {k: v for k, v in data.items() if v is not None}
+    refuse_not_yet(data)
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -121,6 +240,25 @@ def parse(model: type[BaseModel], body: bytes) -> BaseModel:
         param = _param(err["loc"], data, err["type"] == "missing")
         code = "missing_required_parameter" if err["type"] == "missing" else "invalid_value"
         raise ApiError(400, f"{param}: {err['msg']}", param=param, code=code) from None
+
+
+def load_json(body: bytes) -> dict:
+    """The body as a JSON object, or a 400 ApiError."""
+    try:
+        data = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ApiError(400, f"the body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+def refuse_not_yet(data: dict) -> None:
+    for name, is_default in NOT_YET.items():
+        if name in data and not is_default(data[name]):
+            raise ApiError(400, f"{name}: not supported yet (the server would ignore it and "
+                                f"answer differently); leave it out or null",
+                           param=name, code="unsupported_parameter")
 
 
 def _param(loc: tuple, data, missing: bool) -> str | None:
@@ -141,65 +279,3 @@ def _param(loc: tuple, data, missing: bool) -> str | None:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def usage(stats: dict) -> dict:
-    prompt, new = int(stats.get("prompt_tokens", 0)), int(stats.get("new_tokens", 0))
-    return {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new,
-            "prompt_tokens_details": {"cached_tokens": int(stats.get("cached_tokens", 0))}}
-
-
-def timings(stats: dict) -> dict:
-    """llama-server's names where they exist, then ours."""
-    ttft, wall = float(stats.get("ttft_s", 0)), float(stats.get("wall_s", 0))
-    return {"prompt_n": int(stats.get("prompt_tokens", 0)) - int(stats.get("cached_tokens", 0)),
-            "cache_n": int(stats.get("cached_tokens", 0)), "prompt_ms": ttft * 1e3,
-            "predicted_n": int(stats.get("new_tokens", 0)), "predicted_ms": wall * 1e3,
-            "predicted_per_second": float(stats.get("tokens_per_s", 0)), "ttft_ms": ttft * 1e3,
-            "method": stats.get("method"), "acceptance_rate": stats.get("acceptance_rate", 0.0),
-            "rounds": stats.get("rounds", 0),
-            "mean_accepted_per_round": stats.get("mean_accepted_per_round", 0.0),
-            "stop_reason": stats.get("stop_reason")}
-
-
-class Shapes:
-    """Response bodies of one request: chat (`chat.completion`) or text (`text_completion`)."""
-
-    def __init__(self, chat: bool, model: str):
-        self.chat, self.model = chat, model
-        self.id, self.created = new_id("chatcmpl" if chat else "cmpl"), int(time.time())
-
-    def _head(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
-
-    def whole(self, text: str, stats: dict) -> dict:
-        choice = {"index": 0, "finish_reason": FINISH.get(stats.get("stop_reason"), "stop"),
-                  "logprobs": None}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-        body = self._head("chat.completion" if self.chat else "text_completion")
-        return {**body, "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
-
-    def chunk(self, text: str, stats: dict | None = None, first: bool = False) -> dict:
-        finish = None if stats is None else FINISH.get(stats.get("stop_reason"), "stop")
-        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
-        if self.chat:
-            delta = {"role": "assistant", "content": text} if first else {"content": text}
-            choice["delta"] = delta if text or first else {}
-        else:
-            choice["text"] = text
-        body = {**self._head("chat.completion.chunk" if self.chat else "text_completion"),
-                "choices": [choice]}
-        if stats is not None:
-            body.update(usage=usage(stats), timings=timings(stats))
-        return body
-
-
-def sse(body: dict | str) -> str:
-    return f"data: {body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)}\n\n"

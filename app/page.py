@@ -87,7 +87,8 @@ def _controls(app) -> dict:
                                   elem_id="temperature")
         c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
         c["top_k"] = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
-        c["seed"] = gr.Number(value=0, precision=0, label="seed")
+        c["seed"] = gr.Number(value=-1, precision=0, label="seed (-1 = random)",
+                              elem_id="seed")
         with gr.Row():
             c["gamma_mode"] = gr.Radio(["auto", "fixed"], value="auto", label="gamma")
             c["gamma"] = gr.Slider(1, 32, value=5, step=1, label="fixed gamma")

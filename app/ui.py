@@ -122,7 +122,7 @@ class App:
             yield _out(status="Nothing to regenerate: ask something first.")
             return
         s = Settings(*settings)
-        if float(s.temperature or 0) > 0:
+        if float(s.temperature or 0) > 0 and int(s.seed or 0) >= 0:  # -1 is random anyway
             s = replace(s, seed=int(s.seed or 0) + next(self._fresh))
         yield from self._answer(request, Turn(message, earlier, history, None, bool(raw), system),
                                 pair_name, s)
@@ -179,7 +179,8 @@ class App:
                     f"{float(stats.get('tokens_per_s', 0)):.1f} tokens/s")
         if not cfg.sampling.greedy:
             note += f" · seed {cfg.seed}"
-        return _out(chatbot=shown, sources=trace.segments(), speed=final_panel(stats),
+        seed = None if cfg.sampling.greedy else cfg.seed
+        return _out(chatbot=shown, sources=trace.segments(), speed=final_panel(stats, seed),
                     stats_json=jsonable(stats), timeline=charts.timeline(stats),
                     hist=charts.accept_histogram(stats),
                     rate=charts.rate_over_time(trace.points, method), status=note, meter=meter)

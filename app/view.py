@@ -3,6 +3,7 @@ and final), the answer split by token source, and the comparison table. No gradi
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -22,7 +23,7 @@ class Settings:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    seed: int = 0
+    seed: int = -1  # -1: a fresh random seed per request (shown with the speed stats)
     gamma_mode: str = "auto"  # "auto" or "fixed"
     gamma: int = 5
     multi_seq: bool = True
@@ -34,11 +35,12 @@ class Settings:
             if not math.isfinite(float(getattr(self, name))):
                 raise ValueError(f"{name.replace('_', ' ')} must be a finite number, "
                                  f"got {getattr(self, name)}")
-        if int(self.seed or 0) < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        seed = int(self.seed or 0)
+        if seed < -1:
+            raise ValueError(f"seed must be -1 (random) or >= 0, got {self.seed}")
         sampling = SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
         cfg = GenConfig(method=method or self.method, max_new_tokens=int(self.max_new_tokens),
-                        sampling=sampling, seed=int(self.seed or 0),
+                        sampling=sampling, seed=secrets.randbelow(2**32) if seed < 0 else seed,
                         gamma=int(self.gamma) if self.gamma_mode == "fixed" else None,
                         multi_seq=bool(self.multi_seq), max_seqs=int(self.max_seqs),
                         theta_scale=float(self.theta_scale))
@@ -140,7 +142,7 @@ def seqs_line(stats: dict) -> str:
     return ", ".join(f"{k} seq: {n} round(s)" for k, n in hist.items())
 
 
-def final_panel(stats: dict) -> str:
+def final_panel(stats: dict, seed: int | None = None) -> str:
     threads = stats.get("threads") or {}
     drafting = stats.get("method") != "vanilla"
     rows = [
@@ -157,6 +159,8 @@ def final_panel(stats: dict) -> str:
         ("target busy / idle", f"{_s(stats['target_busy_s'])} / {_s(stats['target_idle_s'])}"),
         ("threads", f"draft {threads.get('draft', '?')}, target {threads.get('target', '?')}"),
     ]
+    if seed is not None:
+        rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
 
@@ -217,16 +221,14 @@ def identical_note(results: dict[str, dict], greedy: bool) -> str:
     dtype = done[0]["stats"].get("target_dtype", "float32")
     device = str(done[0]["stats"].get("target_device", "cpu"))
     exact = dtype == "float32" and not device.startswith("cuda")
-    if greedy and not same and not exact:
+    kind = "Greedy" if greedy else "Sampling (one seed, the coupled sampler)"
+    if not same and not exact:
         where = f"a {dtype} target" + (" on cuda" if device.startswith("cuda") else "")
-        return (f"**Greedy: the texts part** — expected now and then with {where}: "
+        return (f"**{kind}: the texts part** — expected now and then with {where}: "
                 "one forward over many tokens rounds differently from one token at a time, so "
                 "where the target's two best tokens tie within rounding either may come out. "
                 "Only a float32 target on the CPU (`--device cpu --target-dtype float32`) gives "
                 "token-identical output; float32 on cuda makes such ties rarer, not impossible "
                 "(the GPU's kernels depend on the chunk's shape).")
-    if greedy:
-        return ("**Greedy: all texts are identical** — speculative decoding is lossless." if same
-                else "**Greedy: the texts differ** — this should not happen; please report it.")
-    return ("Sampling (temperature > 0): texts may differ from run to run; each method samples "
-            "from the same target distribution." + (" They are identical." if same else ""))
+    return (f"**{kind}: all texts are identical** — speculative decoding is lossless." if same
+            else f"**{kind}: the texts differ** — this should not happen; please report it.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -56,19 +56,22 @@ class Proposal:
 @dataclass
 class SampleCheck:
     """What a sampled verify tests, handed to the target so it can reduce its rows on the
-    device: the draft tokens, their q_draft rows, the noise, and the first draft position."""
+    device: the draft tokens, their q_draft rows, the noise, and the first draft position.
+    `coupled`: the target only draws each row with the noise (q_draft is not needed)."""
     draft: list[int]
     q_draft: np.ndarray | None  # (len(draft), target vocab)
     noise: Noise
     base: int
+    coupled: bool = False
 
 
 @dataclass
 class Scores:
     """What the verifier needs from one target forward, and no more: greedy, the argmax of
-    each row; sampling, p_target of each draft token, the residual draw at each draft
-    position (the recovered token if it is rejected) and the bonus draw from the last row."""
-    choice: list[int] | None = None  # greedy
+    each row; coupled sampling, the target's draw of each row; rejection sampling, p_target
+    of each draft token, the residual draw at each draft position (the recovered token if it
+    is rejected) and the bonus draw from the last row."""
+    choice: list[int] | None = None  # greedy and coupled
     p_draft: list[float] | None = None  # sampling
     recovered: list[int] | None = None
     bonus: int | None = None
@@ -81,6 +84,13 @@ class TargetOutOfMemory(RuntimeError):
     @staticmethod
     def caused(e: BaseException) -> bool:
         return any(t.__name__ == "OutOfMemoryError" for t in type(e).__mro__)
+
+
+class Draws(Protocol):
+    """How a drafter draws a token from its probability row at a target position
+    (core/sampling: `Noise` for the coupled sampler, `PositionRng` for rejection)."""
+
+    def draw(self, probs: np.ndarray, pos: int) -> int: ...
 
 
 class Branching(Protocol):
@@ -98,12 +108,11 @@ class Drafter(Protocol):
     """Owns its KV cache; contexts and proposals are in target token ids."""
     name: str
 
-    def propose(self, context: list[int], n: int, sampling: SamplingConfig,
-                rng_at: Callable[[int], np.random.Generator],
+    def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
                 branching: Branching | None = None) -> Proposal:
         """Roll back to the longest common prefix with `context`, then draft up to n tokens;
-        rng_at(len(context) + i) is the random stream for draft token i. With `branching`,
+        draws.draw(q, len(context) + i) picks draft token i when sampling. With `branching`,
         extra sequences may start from other first tokens (Proposal.alternatives)."""
 
     def rollback(self, n_keep: int) -> None: ...

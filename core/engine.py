@@ -16,7 +16,7 @@ from core.budget import DraftBudget, Profile
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.sampling import Noise, SamplingConfig, check_finite
+from core.sampling import SAMPLERS, Noise, SamplingConfig, check_finite
 from core.scheduler import Drafted, DraftWorker
 from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
@@ -30,6 +30,7 @@ class GenConfig:
     max_new_tokens: int = 128
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
+    sampler: str = "coupled"  # core/verify.py: "coupled" (seeded text = vanilla's) or "rejection"
     gamma: int | None = None  # None: the hardware-aware budget picks it
     stop_strings: tuple[str, ...] = ()
     sequential: bool = False  # duo only: same rounds, no overlap
@@ -44,6 +45,8 @@ class GenConfig:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler '{self.sampler}'; known: {', '.join(SAMPLERS)}")
         check_finite("--theta-scale", self.theta_scale)
         if self.draft_timeout_s is not None and not self.draft_timeout_s > 0:
             raise ValueError(f"draft_timeout_s must be > 0 or None, got {self.draft_timeout_s}")
@@ -88,12 +91,15 @@ class Run:
         cache back to the verified prefix."""
         t0 = time.perf_counter()
         new = self.ctx[self.target.n_cached:] + draft.tokens
-        if self.cfg.sampling.greedy:
-            scores = self.target.score(new, len(draft) + 1, self.cfg.sampling)
+        cfg, check = self.cfg, None
+        if not cfg.sampling.greedy:
+            coupled = cfg.sampler == "coupled"
+            check = SampleCheck(draft.tokens, None if coupled else draft.q_draft, self.noise,
+                                len(self.ctx), coupled)
+        scores = self.target.score(new, len(draft) + 1, cfg.sampling, check)
+        if scores.choice is not None:  # greedy, or the coupled sampler's draws
             verdict = verify_greedy(draft.tokens, scores.choice)
         else:
-            check = SampleCheck(draft.tokens, draft.q_draft, self.noise, len(self.ctx))
-            scores = self.target.score(new, len(draft) + 1, self.cfg.sampling, check)
             verdict = verify_sampled(draft.tokens, draft.q_draft, scores, self.noise,
                                      base=len(self.ctx))
         self.target.rollback(len(self.ctx) + verdict.accepted)
@@ -215,7 +221,7 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
-                         timeout_s=run.cfg.draft_timeout_s)
+                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler)
     try:
         if run.cfg.prefill_threads:
             _prefill_draft(run, drafter, worker)
@@ -238,7 +244,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     the chunk is dropped and the next round verifies no draft (one target token) while the
     worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
-                         timeout_s=run.cfg.draft_timeout_s)
+                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler)
     branching, telemetry = _branch_policy(run, budget), run.telemetry
     draft = Draft()
     try:

@@ -89,9 +89,9 @@ def pick(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator) -> i
 
 
 class PositionRng:
-    """The draft's random streams keyed by absolute token position (numpy generators): what
-    the draft proposes at position i does not depend on how rounds were cut. The target's
-    draws use `Noise`, which the device computes alike."""
+    """The draft's own random streams keyed by absolute token position (numpy generators),
+    for the `rejection` sampler: what the draft proposes at position i does not depend on how
+    rounds were cut. The target's draws use `Noise`, which the device computes alike."""
 
     def __init__(self, seed: int, stream: int):
         self.seed, self.stream = seed, stream
@@ -99,10 +99,22 @@ class PositionRng:
     def __call__(self, pos: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(self.stream, pos)))
 
+    def draw(self, probs: np.ndarray, pos: int) -> int:
+        """One token from a probability row, by this position's stream."""
+        return sample(probs, self(pos))
+
 
 # -- the target's noise: one function of (seed, stream, position, token) ---------------------
 MASK32 = 0xFFFFFFFF
 DRAW, ACCEPT = 0, 2  # streams: the target's draws, the acceptance tests (the draft's is 1)
+DRAFT_STREAM = 1  # the `rejection` sampler's own draft stream (PositionRng)
+SAMPLERS = ("coupled", "rejection")
+
+
+def draft_draws(seed: int, sampler: str):
+    """What the draft draws its tokens with: `coupled`, the target's own noise (a draft token
+    then passes when it is the target's draw); `rejection`, a stream of its own."""
+    return DraftNoise(seed) if sampler == "coupled" else PositionRng(seed, DRAFT_STREAM)
 
 
 def mix32(x):
@@ -153,3 +165,27 @@ class Noise:
 
     def accept_u(self, pos: int) -> float:
         return float(uniforms(noise_key(self.seed, ACCEPT, pos), mix32(0)))
+
+
+class DraftNoise:
+    """The coupled draft's draws: `Noise.draw` in 32-bit arithmetic (three times faster on a
+    large vocabulary). A near-tie may round the other way than the target's float64 draw:
+    that costs a rejection, never the text, which only ever keeps the target's draws."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._mix: np.ndarray | None = None
+
+    def draw(self, probs: np.ndarray, pos: int) -> int:
+        n = len(probs)
+        if self._mix is None or len(self._mix) < n:
+            self._mix = mix32(np.arange(n, dtype=np.uint64)).astype(np.uint32)
+        x = self._mix[:n] ^ np.uint32(noise_key(self.seed, DRAW, pos))
+        x ^= x >> 16  # mix32 in uint32: numpy's products wrap at 32 bits
+        x *= np.uint32(0x7FEB352D)
+        x ^= x >> 15
+        x *= np.uint32(0x846CA68B)
+        x ^= x >> 16
+        v = ((~x).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -32)  # 1 - u
+        with np.errstate(divide="ignore"):  # log1p keeps the small E = -log(u) exact enough
+            return int(np.argmax(np.log1p(-v) / np.asarray(probs, dtype=np.float32)))

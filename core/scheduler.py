@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from core.backends import Branching, Drafter, Proposal
-from core.sampling import PositionRng, SamplingConfig
+from core.sampling import SamplingConfig, draft_draws
 
-DRAFT_STREAM = 1  # the verifier uses stream 0
 GIL_SWITCH_S = 0.0005
 CATCH_UP_S = 0.01  # the timeout grows by this per context token: a long prompt's prefill
 
@@ -79,9 +78,10 @@ class DraftWorker:
     the target alone."""
 
     def __init__(self, drafter: Drafter, sampling: SamplingConfig, seed: int,
-                 sequential: bool = False, timeout_s: float | None = None):
+                 sequential: bool = False, timeout_s: float | None = None,
+                 sampler: str = "coupled"):
         self.drafter, self.sampling = drafter, sampling
-        self.rng_at = PositionRng(seed, DRAFT_STREAM)
+        self.draws = draft_draws(seed, sampler)
         self.sequential, self.timeout_s = sequential, timeout_s
         self.warnings: list[str] = []
         self._hung: Future | None = None
@@ -140,7 +140,7 @@ class DraftWorker:
     def _run(self, context, n, stop, branching) -> Drafted:
         t0 = time.perf_counter()
         try:
-            proposal = self.drafter.propose(context, n, self.sampling, self.rng_at, stop,
+            proposal = self.drafter.propose(context, n, self.sampling, self.draws, stop,
                                             branching=branching)
         except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone
             self._fail(f"the draft failed ({type(e).__name__}: {e}); the target went on alone")

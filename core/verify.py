@@ -4,6 +4,13 @@ Glossary (as in vLLM): *accepted* draft tokens pass the test; on a rejection the
 *recovered* token replaces the first rejected one; when every draft token passes, the target
 adds a *bonus* token from its last row. Either way a round ends with exactly one token that
 comes from the target itself.
+
+Two samplers. `coupled` (drafter-invariant; Daliri, Musco and Suresh 2024): the target draws
+each position's token by Gumbel-max with noise fixed by (seed, position, token), the draft
+proposes with the same noise, and a draft token passes when it equals the target's draw; the
+text is then the target-only decoder's, token for token, whatever was drafted. `rejection`
+(Leviathan et al.; Chen et al.): accept with min(1, p/q), else draw from the residual; the
+same distribution, a slightly higher acceptance, but the text depends on the drafts.
 """
 from __future__ import annotations
 
@@ -25,7 +32,8 @@ class Verdict:
 
 
 def verify_greedy(draft: list[int], target_choice: list[int]) -> Verdict:
-    """target_choice[i] is the target's argmax at draft position i (len(draft) + 1 entries)."""
+    """target_choice[i] is the target's own token at draft position i (len(draft) + 1
+    entries): its argmax (greedy) or its draw (coupled sampling)."""
     n = 0
     while n < len(draft) and draft[n] == target_choice[n]:
         n += 1
@@ -50,7 +58,10 @@ def reference_scores(logits: np.ndarray, sampling: SamplingConfig,
     """The reference reduction of a forward's rows (fakes use it; device targets mirror it)."""
     if sampling.greedy:
         return Scores(choice=np.asarray(logits).argmax(axis=-1).tolist())
-    return sampled_scores(logits_to_probs(logits, sampling), check)
+    p_target = logits_to_probs(logits, sampling)
+    if check.coupled:
+        return Scores(choice=[check.noise.draw(p, check.base + i) for i, p in enumerate(p_target)])
+    return sampled_scores(p_target, check)
 
 
 def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:

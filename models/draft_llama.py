@@ -5,16 +5,15 @@ import ctypes
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp import llama_cpp as C
 
 from core.align import common_prefix
-from core.backends import Branching, Draft, Proposal
+from core.backends import Branching, Draft, Draws, Proposal
 from core.branching import softmax, top_ids, top_prob
-from core.sampling import SamplingConfig, logits_to_probs, sample
+from core.sampling import SamplingConfig, logits_to_probs
 from models.quiet import route_llama_logs
 
 route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr
@@ -51,8 +50,7 @@ class LlamaDrafter:
         self.vocab = None  # set by the loader (core/align.py: IdentityVocab or MappedVocab)
 
     # -- the verbs ------------------------------------------------------------------------
-    def propose(self, context: list[int], n: int, sampling: SamplingConfig,
-                rng_at: Callable[[int], np.random.Generator],
+    def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
                 branching: Branching | None = None) -> Proposal:
         self.vocab.settle(context)  # stats: how much of the last proposal this context kept
@@ -66,7 +64,7 @@ class LlamaDrafter:
         sync_s = time.perf_counter() - t0
 
         def pick(row, i):
-            return self._choose(row, mask, sampling, rng_at, len(context) + i)
+            return self._choose(row, mask, sampling, draws, len(context) + i)
         if branching is None or n < 2:
             seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
             self._extend(logits, n, pick, stop, seqs[0], rows[0])
@@ -153,13 +151,13 @@ class LlamaDrafter:
 
     # -- internals ------------------------------------------------------------------------
     def _choose(self, logits: np.ndarray, mask: np.ndarray | None, sampling: SamplingConfig,
-                rng_at, pos: int):
+                draws: Draws, pos: int):
         if mask is not None:
             logits = np.where(mask, logits, -np.inf)
         if sampling.greedy:
             return int(np.argmax(logits)), None
         q = logits_to_probs(logits, sampling)
-        return sample(q, rng_at(pos)), q
+        return draws.draw(q, pos), q
 
     def _sync(self, ids: list[int]) -> np.ndarray:
         """Keep the longest common prefix in the KV cache, evaluate the rest, return the

@@ -158,7 +158,9 @@ class Pair:
             self.ensure_profile(method, remeasure=True)
 
     # -- prompts and generation ---------------------------------------------------------
-    def prompt_ids(self, prompt: str | list[dict], raw: bool = False) -> list[int]:
+    def prompt_ids(self, prompt: str | list[dict], raw: bool = False,
+                   tools: list[dict] | None = None) -> list[int]:
+        """`tools` (JSON-schema function definitions) go to the chat template."""
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         check_prompt(messages, self.target.n_ctx)  # before tokenizing: a 2 MB paste is quick
         with self._tokenizer_lock:
@@ -166,8 +168,8 @@ class Pair:
                 text = "".join(m["content"] for m in messages)
                 ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
             else:
-                ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                         tokenize=True)["input_ids"]
+                ids = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+                                                         add_generation_prompt=True)["input_ids"]
         limit = self.target.n_ctx - 1
         if len(ids) > limit:
             raise ContextOverflow(f"the prompt is {len(ids)} tokens; the context window "

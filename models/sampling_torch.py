@@ -11,11 +11,14 @@ from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
 
 def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
                   check: SampleCheck | None = None) -> Scores:
-    """Greedy: the rows' argmax (n_rows integers); sampling: core/verify.sampled_scores on the
-    device (p_target of the draft tokens, residual and bonus draws). One download either way."""
+    """Greedy: the rows' argmax (n_rows integers); coupled sampling: each row's draw;
+    rejection sampling: core/verify.sampled_scores on the device (p_target of the draft tokens,
+    residual and bonus draws). One download either way."""
     if sampling.greedy:
         return Scores(choice=logits.argmax(dim=-1).tolist())
     probs = logits_to_probs(logits, sampling).double()
+    if check.coupled:
+        return Scores(choice=draw(probs, check.noise.seed, check.base).tolist())
     g, dev = len(check.draft), probs.device
     draft = torch.tensor(check.draft, dtype=torch.long, device=dev)
     p_draft = probs[:g].gather(1, draft[:, None])[:, 0]

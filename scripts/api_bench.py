@@ -45,12 +45,13 @@ def stream_chat(client, pair, messages, **kw) -> tuple[str, float, dict]:
     """(text, client-side time to the first text, server timings)"""
     t0, first, text, timings = time.perf_counter(), None, [], {}
     for c in client.chat.completions.create(model=pair, messages=messages, stream=True,
+                                            stream_options={"include_usage": True},
                                             temperature=0, **kw):
         delta = c.choices[0].delta.content if c.choices else None
         if delta and first is None:
             first = time.perf_counter() - t0
         text.append(delta or "")
-        timings = (c.model_extra or {}).get("timings") or timings
+        timings = (c.model_extra or {}).get("timings") or timings  # the last, usage chunk
     return "".join(text), first or 0.0, timings
 
 

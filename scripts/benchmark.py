@@ -2,7 +2,8 @@
 DIR/figure1.png and prints a markdown table.
 
 Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
-duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), and peers on the same target:
+duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), the rejection sampler
+(sps-rejection, duo-rejection; the others use --sampler), and peers on the same target:
 hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
 lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone)."""
 from __future__ import annotations
@@ -25,7 +26,8 @@ from models.catalog import PairError, get_pair  # noqa: E402
 from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
-            "duo-k3": {"static_k": 3}}
+            "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
+            "sps-rejection": {"method": "sps", "sampler": "rejection"}}
 
 
 def parse(argv=None):
@@ -66,7 +68,7 @@ def load_questions(path: str, limit: int) -> list[dict]:
 def method_config(args, name: str):
     if name in PEERS:
         return peer_config(name, gen_config(args, "vanilla"))
-    base = name if name in METHODS else "duo"
+    base = name if name in METHODS else VARIANTS.get(name, {}).get("method", "duo")
     if name not in METHODS and name not in VARIANTS:
         known = ", ".join(list(METHODS) + list(VARIANTS) + list(PEERS))
         raise ValueError(f"unknown method '{name}'; known: {known}")

@@ -11,7 +11,7 @@ from core.verify import reference_scores
 from core.backends import Draft, Proposal, Scores
 from core.budget import DraftBudget, Profile
 from core.learned import Learned
-from core.sampling import SamplingConfig, logits_to_probs, sample
+from core.sampling import SamplingConfig, logits_to_probs
 
 
 def markov(vocab: int, seed: int, sharp: float = 1.0) -> np.ndarray:
@@ -74,9 +74,9 @@ class FakeDrafter(Threads):
         self.calls: list[tuple[int, int]] = []
         self.branch_counts: list[int] = []
 
-    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, branching=None):
+    def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None):
         self.calls.append((len(context), n))
-        main = self._sequence(list(context), [], n, sampling, rng_at, stop)
+        main = self._sequence(list(context), [], n, sampling, draws, stop)
         if branching is None or n < 2 or not main.tokens:
             return Proposal(main)
         p_first = self._q(context[-1], sampling)
@@ -84,8 +84,8 @@ class FakeDrafter(Threads):
         p2 = self._q(main.tokens[0], SamplingConfig(1.0)).max()
         firsts = branching.extra_firsts(p_first, float(p2), main.tokens[0], n)
         steps = branching.steps(n, 1 + len(firsts))
-        main = self._sequence(list(context), [], steps, sampling, rng_at, stop)
-        out = Proposal(main, [self._sequence(list(context), [f], steps, sampling, rng_at, stop)
+        main = self._sequence(list(context), [], steps, sampling, draws, stop)
+        out = Proposal(main, [self._sequence(list(context), [f], steps, sampling, draws, stop)
                               for f in firsts])
         out.first_ranking = [int(t) for t in np.argsort(-p_first)[:8]]
         out.first_top_p = float(p_first.max())
@@ -95,7 +95,7 @@ class FakeDrafter(Threads):
     def _q(self, last, sampling):
         return logits_to_probs(np.log(self.Q[last] + 1e-30), sampling)
 
-    def _sequence(self, context, forced, n, sampling, rng_at, stop) -> Draft:
+    def _sequence(self, context, forced, n, sampling, draws, stop) -> Draft:
         tokens, out, rows = context, [], []
         for i in range(n):
             if stop is not None and stop.is_set():
@@ -107,7 +107,7 @@ class FakeDrafter(Threads):
             if tok is None and sampling.greedy:
                 tok = int(np.argmax(q))
             elif tok is None:
-                tok = sample(q, rng_at(len(context) + i))
+                tok = draws.draw(q, len(context) + i)
             out.append(tok)
             rows.append(q)
             tokens = tokens + [tok]

@@ -17,11 +17,12 @@ class Served:
     """One pair (served as smol-self) behind app.api on a free port, with an API key; `post`
     sends this server's key unless given another (None: no key)."""
 
-    def __init__(self, pair, key: str = KEY):
+    def __init__(self, pair, key: str = KEY, cors: list[str] | None = None):
         import uvicorn
         from fastapi import FastAPI
 
         from app.api import Api, router
+        from app.cors import use_cors
         from app.host import ModelHost
 
         self.host = ModelHost(lambda name, say: pair)
@@ -31,6 +32,7 @@ class Served:
         self.key, self.api = key, Api(self.host, key, max_waiting=16)
         app = FastAPI()
         app.include_router(router(self.api))
+        use_cors(app, cors or [])
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -39,7 +41,8 @@ class Served:
         threading.Thread(target=self.server.run, daemon=True).start()
         while not self.server.started:
             time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = self.base + "/v1"
 
     def client(self, **kw) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url, api_key=self.key, max_retries=0, **kw)

@@ -23,9 +23,10 @@ TOKENS = 24  # keep generations short
 
 # chat inputs after (prompt, history): pair, raw, system prompt, method, max new tokens,
 # temperature, top-p, top-k, seed, gamma mode, gamma, multi-seq, max seqs, threshold scale
-def chat_args(prompt, method="duo", tokens=TOKENS, raw=False, history=None, system=""):
-    return (prompt, history or [], "smol-self", raw, system, method, tokens, 0.0, 1.0, 0, 0,
-            "auto", 5, True, 4, 1.0)
+def chat_args(prompt, method="duo", tokens=TOKENS, raw=False, history=None, system="",
+              temperature=0.0, seed=0):
+    return (prompt, history or [], "smol-self", raw, system, method, tokens, temperature, 1.0,
+            0, seed, "auto", 5, True, 4, 1.0)
 
 
 def free_port() -> int:
@@ -178,6 +179,14 @@ def test_compare_greedy_texts_identical(app):
     assert "all texts are identical" in table
     for method in ("vanilla", "sps", "duo"):
         assert f"| {method} |" in table
+
+
+def test_compare_sampled_texts_identical_under_a_seed(app):
+    """The coupled sampler: one seed, temperature 1, the same text from every method."""
+    args = chat_args("Name a fruit.", tokens=16, temperature=1.0, seed=7)
+    table, vanilla, sps, duo = app["client"].predict(*args, api_name="/compare")
+    assert vanilla and vanilla == sps == duo
+    assert "Sampling (one seed, the coupled sampler): all texts are identical" in table
 
 
 @pytest.mark.parametrize("dtype,device,needle", [

@@ -64,3 +64,25 @@ def test_window_bench_writes_a_row_per_path_window_fill_and_chunk(tmp_path):
     assert len(rows) == 2 * 2 * 2 and all(r["median_ms"] > 0 for r in rows)
     table = (tmp_path / "forward.md").read_text()
     assert "| static | 512 | 300 |" in table and table.count("\n") == 2 + 4
+
+
+def test_load_bench_reports_each_process_against_its_fair_share(tmp_path):
+    """scripts/load_bench.py: shares of idle speed and the fair share, ours and the others'
+    (the competitors' logs are read only inside our time window)."""
+    import scripts.load_bench as lb
+    log = tmp_path / "gen1-0-duo.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"start": 0.0, "end": 5.0, "ttft_s": 0.1, "tokens_per_s": 99.0},  # before the window
+        {"start": 11.0, "end": 12.0, "ttft_s": 0.4, "tokens_per_s": 10.0},
+        {"start": 13.0, "end": 14.0, "ttft_s": 0.6, "tokens_per_s": 12.0}]))
+    c = lb.Competitors.__new__(lb.Competitors)
+    c.logs = [None, log]
+    (speed,) = c.speeds(10.0, 20.0)
+    assert speed == {"tokens_per_s": 11.0, "ttft_s": 0.5, "runs": 2, "process": "gen1-0-duo"}
+    results = {"idle": {"ours": {"duo": {"tokens_per_s": 40.0, "ttft_s": 0.2}},
+                        "competitors": []},
+               "gen1": {"ours": {"duo": {"tokens_per_s": 16.0, "ttft_s": 0.3}},
+                        "competitors": [speed]}}
+    table = lb.report(results, {"duo": {"tokens_per_s": 22.0}})
+    assert "| gen1 | ours: duo | 16.0 | 0.40 | 0.50 | 0.30 |" in table
+    assert "| gen1 | gen1-0-duo | 11.0 | 0.50 | 0.50 | 0.50 |" in table

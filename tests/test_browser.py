@@ -102,7 +102,7 @@ def test_regenerate_export_and_context_meter(page):
     page.fill("#prompt textarea", "")
     set_slider(page, "temperature", 1)
     page.click("#regenerate")
-    wait_text(page, "#status", "· seed 1")  # sampling: the first regenerate takes seed + 1
+    wait_text(page, "#status", "· seed ")  # sampling: a fresh random seed, shown
     set_slider(page, "temperature", 0)
     assert page.locator("#chat [data-testid='bot']").count() == bots  # replaced, not added
     with page.expect_download() as info:

@@ -11,7 +11,7 @@ import pytest
 from core.align import MappedVocab, VocabSide
 from core.backends import Draft, Proposal
 from core.engine import GenConfig, generate
-from core.sampling import SamplingConfig, logits_to_probs, sample
+from core.sampling import SamplingConfig, logits_to_probs
 from models.vocab_build import VocabMap
 from tests.fakes import FakeTarget, LongestMatch, decode, fake_profile, markov
 from tests.test_sampling_lossless import assert_matches
@@ -37,7 +37,7 @@ class TranslatingDrafter:
         self.Q, self.vocab, self.wrong_q = Q, vocab, wrong_q
         self.tokens: list[int] = []
 
-    def propose(self, context, n, sampling: SamplingConfig, rng_at, stop=None, **_):
+    def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, **_):
         self.vocab.settle(context)
         ids = self.vocab.to_draft(context)
         mask = self.vocab.draft_mask(sampling.greedy)
@@ -50,7 +50,7 @@ class TranslatingDrafter:
                 tok, q = int(np.argmax(logits)), None
             else:
                 q = logits_to_probs(logits, sampling)
-                tok = sample(q, rng_at(len(context) + i))
+                tok = draws.draw(q, len(context) + i)
             out.append(tok)
             rows.append(q)
             last = tok

@@ -36,7 +36,7 @@ class FaultyDrafter(FakeDrafter):
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
 
-    def propose(self, context, n, sampling, rng_at, stop=None, branching=None):
+    def propose(self, context, n, sampling, draws, stop=None, branching=None):
         call = len(self.calls) + 1
         if branching is not None:
             self.alphas.append(branching.alpha)
@@ -48,7 +48,7 @@ class FaultyDrafter(FakeDrafter):
             while not self.release.wait(0.01) and time.monotonic() < end:
                 if self.stoppable and stop.is_set():
                     break
-        return super().propose(context, n, sampling, rng_at, stop, branching)
+        return super().propose(context, n, sampling, draws, stop, branching)
 
     def rollback(self, n_keep):
         self.rollbacks.append(n_keep)
@@ -64,10 +64,10 @@ class FailingTarget(FakeTarget):
         super().__init__(chain())
         self.fail_at = fail_at
 
-    def score(self, tokens, n_rows, sampling):
+    def score(self, tokens, n_rows, sampling, check=None):
         if self.forwards + 1 >= self.fail_at:
             raise TargetBoom("target boom")
-        return super().score(tokens, n_rows, sampling)
+        return super().score(tokens, n_rows, sampling, check)
 
 
 def run(method, drafter, learned=None, target=None, **kw):
@@ -173,12 +173,12 @@ class OomTarget(FakeTarget):
         super().__init__(chain())
         self.fail_at = fail_at
 
-    def score(self, tokens, n_rows, sampling):
+    def score(self, tokens, n_rows, sampling, check=None):
         if self.forwards + 1 == self.fail_at:
             self.cache.extend(tokens)  # a forward that died half-way leaves its cache grown
             self.forwards += 1
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return super().score(tokens, n_rows, sampling)
+        return super().score(tokens, n_rows, sampling, check)
 
 
 @pytest.mark.parametrize("method,sequential", MODES + [("vanilla", False)])

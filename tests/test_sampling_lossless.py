@@ -72,21 +72,25 @@ P_TARGET = markov(V, seed=1, sharp=0.7)
 Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejections
 
 
-@pytest.mark.parametrize("method,gamma", [("vanilla", None), ("sps", 2), ("sps", 4),
-                                          ("duo", 1), ("duo", 3)])
+@pytest.mark.parametrize("method,gamma,sampler", [
+    ("vanilla", None, "coupled"), ("sps", 2, "coupled"), ("duo", 3, "coupled"),
+    ("sps", 2, "rejection"), ("sps", 4, "rejection"), ("duo", 1, "rejection"),
+    ("duo", 3, "rejection")])
 @pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.8, top_k=3, top_p=0.9)],
                          ids=["t1", "t0.8-k3-p0.9"])
-def test_joint_distribution_matches_target(method, gamma, sampling):
-    counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT)
+def test_joint_distribution_matches_target(method, gamma, sampler, sampling):
+    counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT, sampler=sampler)
     assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
 
 
-@pytest.mark.parametrize("method,gamma", [("vanilla", None), ("duo", 3)])
-def test_device_side_rows_stay_lossless(method, gamma):
+@pytest.mark.parametrize("method,gamma,sampler", [("vanilla", None, "coupled"),
+                                                  ("duo", 3, "coupled"),
+                                                  ("duo", 3, "rejection")])
+def test_device_side_rows_stay_lossless(method, gamma, sampler):
     """The torch targets reduce rows on their device (models/sampling_torch.py)."""
     sampling = SamplingConfig(0.8, top_k=3, top_p=0.9)
     counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT,
-                             target_class=DeviceRowsTarget)
+                             target_class=DeviceRowsTarget, sampler=sampler)
     assert_matches(counts, exact_joint(P_TARGET, sampling), N_SAMPLES)
 
 

@@ -140,6 +140,9 @@ def test_device_sampled_scores_equal_the_reference(sampling):
         ours = device_scores(torch.from_numpy(logits), sampling, check)
         np.testing.assert_allclose(ours.p_draft, ref.p_draft, rtol=1e-5)
         assert (ours.recovered, ours.bonus) == (ref.recovered, ref.bonus)
+        coupled = SampleCheck(draft, None, Noise(trial), 100 + trial, coupled=True)
+        ours = device_scores(torch.from_numpy(logits), sampling, coupled).choice
+        assert ours == reference_scores(logits, sampling, coupled).choice
 
 
 @pytest.fixture(scope="module")
