@@ -10,7 +10,7 @@ import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
-from models.target_choice import COMPILE_CHOICES, MIN_CTX, QUANT_CHOICES
+from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,7 +38,9 @@ def number(text: str) -> float:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help="pair name (see download_models.py --list)")
     p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
-    p.add_argument("--remeasure", action="store_true", help="profile the draft budget again")
+    p.add_argument("--remeasure", action="store_true",
+                   help="time this machine again: the target's path (CPU, --target-compile "
+                        "auto), the draft's threads and the draft budget's profiles")
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster; only float32 "
@@ -49,8 +51,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "default from DUO_TARGET_COMPILE, else auto)")
     p.add_argument("--target-quant", default=os.environ.get("DUO_TARGET_QUANT", "auto"),
                    help="auto, none, int8, int4: weight-only quantization of the target "
-                        "(auto: on cuda the best that fits the free memory, bf16 > int8 > "
-                        "int4; on the CPU the fastest measured; default from DUO_TARGET_QUANT)")
+                        "(auto: the model's own weights unless memory forces int8 or int4, on "
+                        "cuda and the CPU; int8 and int4 run faster or smaller but change the "
+                        "answers; default from DUO_TARGET_QUANT)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context window in target tokens (default: min(trained window, "
                         "8192), shrunk to what fits); the draft's is sized from it")
@@ -66,8 +69,8 @@ def load_options(args):
                                ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
-    if args.ctx_size is not None and args.ctx_size < MIN_CTX:
-        raise ValueError(f"--ctx-size must be at least {MIN_CTX}, got {args.ctx_size}")
+    if args.ctx_size is not None:
+        check_ctx_size(args.ctx_size)
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,

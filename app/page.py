@@ -95,6 +95,7 @@ def _controls(app) -> dict:
         c["multi_seq"] = gr.Checkbox(value=True, label="multi-sequence drafting (duo)")
         c["max_seqs"] = gr.Slider(1, 8, value=4, step=1, label="max sequences")
         c["theta_scale"] = gr.Slider(0.1, 4, value=1.0, step=0.1, label="threshold scale")
+        c["remeasure"] = gr.Button("Measure this machine again", size="sm", elem_id="remeasure")
     return c
 
 
@@ -129,6 +130,8 @@ def _wire(app, demo: gr.Blocks, ui: dict) -> None:
     c["pair"].change(sizes_line, [c["pair"]], c["sizes"], queue=False, api_visibility="private")
     gr.on([c["system"].blur, c["system"].submit, c["raw"].input], **meter).then(**export)
     ui["stop_btn"].click(app.stop, None, ui["status"], queue=False, api_name="stop")
+    c["remeasure"].click(app.remeasure, [c["pair"]], [ui["status"], ui["placement"]],
+                         api_name="remeasure", concurrency_limit=1, concurrency_id=ENGINE)
     ui["clear_btn"].click(app.clear, [c["raw"], c["system"]], outputs[1:], queue=False,
                           api_name="clear").then(**export)
     timer = gr.Timer(0.5)

@@ -254,6 +254,18 @@ class App:
         return ((note + "\n\n" if note else "") + table,
                 *(results[m].get("text", "") for m in COMPARE))
 
+    # -- measure again --------------------------------------------------------------------
+    def remeasure(self, pair_name):
+        """Time this machine again for the loaded pair (path, draft threads, budget profiles):
+        for a start made while the machine was busy."""
+        yield "measuring this machine again (a minute or two on a CPU) …", gr.skip()
+        try:
+            with self.host.running(pair_name) as pair:
+                pair.remeasure()
+            yield f"**measured again** · {self.status()}", self.placement()
+        except Exception as e:  # noqa: BLE001 -- whatever failed, the page keeps working
+            yield _error_line(e), self.placement()
+
     # -- pair switch ----------------------------------------------------------------------
     def switch(self, name):
         raw = gr.skip()

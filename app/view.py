@@ -178,7 +178,13 @@ def sizes_line(name: str) -> str:
     if vram is None:
         return f"**target memory**: unknown (no config); this machine: {use}"
     need = " · ".join(f"{k} {v} GiB" for k, v in vram.items())
-    return f"**target memory at {sizes['window']} tokens**: {need} · **this machine uses**: {use}"
+    return (f"**target memory at {sizes['window']} tokens**: {need} · **this machine uses**: "
+            f"{use}\n\n{PRECISION_COST}")
+
+
+PRECISION_COST = ("*int8 and int4 take less memory and often run faster, but change the model's "
+                  "answers; `--target-quant auto` uses them only when the model's own precision "
+                  "does not fit; choosing one for speed is up to you (`--target-quant int8`).*")
 
 
 def placement_line(placement: dict, name: str) -> str:

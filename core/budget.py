@@ -22,6 +22,7 @@ class Profile:
     draft_step_s: dict = field(default_factory=dict)  # k branches -> time of one batched step
     device: str = "cpu"
     draft_threads: dict = field(default_factory=dict)  # threads -> draft s/token, measured
+    load: float | None = None  # other processes' share of the cores while it was measured
 
     def verify(self, n: int) -> float:
         n = max(1, n)
@@ -33,14 +34,14 @@ class Profile:
     def to_dict(self) -> dict:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
                 "draft_step_s": self.draft_step_s, "device": self.device,
-                "draft_threads": self.draft_threads}
+                "draft_threads": self.draft_threads, "load": self.load}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         steps = {int(k): v for k, v in d.get("draft_step_s", {}).items()}
         threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
         return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
-                   threads)
+                   threads, d.get("load"))
 
 
 class DraftBudget:
@@ -52,7 +53,7 @@ class DraftBudget:
         self.alpha, self.max_gamma, self.ema = alpha, max_gamma, ema
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
         self.reason = ""
-        self.since_probe = 0  # plain-decoding rounds since drafting was last tried
+        self.since_probe = 0  # plain rounds since a round last drafted (carried on: state())
         self.gamma = fixed if fixed else self._choose()
 
     # -- the cost model -------------------------------------------------------------------
@@ -101,9 +102,7 @@ class DraftBudget:
         best = max(range(1, self.max_gamma + 1), key=self.expected_rate)
         rate, plain = self.expected_rate(best), self.plain_rate()
         if rate < plain:
-            self.since_probe += 1
-            probe = self.since_probe >= PROBE_EVERY
-            self.since_probe = 0 if probe else self.since_probe
+            probe = self.since_probe >= PROBE_EVERY - 1  # this is the PROBE_EVERY-th round
             self.reason = (f"plain decoding: the target alone ({plain:.1f} tok/s) beats the best"
                            f" draft budget ({best}: {rate:.1f} tok/s at acceptance"
                            f" {self.alpha:.2f})" + ("; probing with a draft" if probe else ""))
@@ -118,6 +117,7 @@ class DraftBudget:
     def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: float = 0,
                 verify_s: float = 0.0, verify_n: int = 0) -> int:
         """Feed one round's outcome and times; returns the gamma for the next round."""
+        self.since_probe = 0 if self.gamma else self.since_probe + 1  # this round's gamma
         if drafted:
             # per-token pass rate: `accepted` passes, plus one failure if any was rejected
             trials = accepted + (accepted < drafted)
@@ -134,16 +134,18 @@ class DraftBudget:
 
     # -- carried across generations (core/learned.py) --------------------------------------
     def state(self) -> dict:
-        """What this budget learned: acceptance, and timing scales for its profile."""
+        """What this budget learned: acceptance, timing scales for its profile, and the plain
+        rounds since the last probe (so short generations still probe, every PROBE_EVERY)."""
         return {"alpha": self.alpha, "draft_scale": self.draft_scale,
-                "verify_scale": self.verify_scale, "profile": self.profile}
+                "verify_scale": self.verify_scale, "profile": self.profile,
+                "since_probe": self.since_probe}
 
     def restore(self, state: dict | None) -> None:
         """Start from an earlier generation's state; its timing scales only when they were
         measured against the same profile."""
         if not state:
             return
-        self.alpha = state["alpha"]
+        self.alpha, self.since_probe = state["alpha"], state.get("since_probe", 0)
         if state["profile"] == self.profile:
             self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
         if not self.fixed:

@@ -248,7 +248,7 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
         while True:
             start = time.perf_counter()
             gamma = 0 if worker.failed else run.draft_room(budget.gamma)
-            chunk = worker.submit(run.ctx, gamma).result() if gamma else Drafted.nothing()
+            chunk = worker.inline(run.ctx, gamma) if gamma else Drafted.nothing()
             draft = chunk.proposal.main
             verdict, vspan = run.verify(draft)
             run.telemetry.sps_round(budget, start, chunk, vspan, verdict)

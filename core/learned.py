@@ -1,6 +1,7 @@
 """What a pair's generations learn and hand on to the next one (the Pair owns one): the draft
-budget's acceptance and timing scales per method, the first-token odds, and whether the
-draft's state must be reset after a failure."""
+budget's acceptance, timing scales and plain rounds since a probe per method, the first-token
+odds, whether the draft's state must be reset after a failure, and whether the measured
+profile disagrees with the online times widely enough to be measured again."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -9,6 +10,9 @@ from dataclasses import dataclass, field
 from core.branching import FirstTokenOdds
 from core.budget import DraftBudget, Profile
 
+WIDE = 2.0  # online times this far off the profile (either way): measure the profile again
+CLOSE = 0.25  # a fresh profile within this of the old one: the old one was not the cause
+
 
 @dataclass
 class Learned:
@@ -16,6 +20,7 @@ class Learned:
     budgets: dict = field(default_factory=dict)  # method -> DraftBudget.state()
     reset_draft: bool = False  # the draft failed: roll its cache back before using it again
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
+    held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
 
     def budget(self, method: str, profile: Profile, overlap: bool,
                fixed: int | None) -> DraftBudget:
@@ -33,3 +38,26 @@ class Learned:
             return False
         self.busy_draft = None
         return True
+
+    def drifted(self, method: str) -> bool:
+        """The last generation of `method` timed the draft or the target WIDE off its
+        profile (the budget's scales), and measuring again has not been tried for it."""
+        state = self.budgets.get(method)
+        if not state:
+            return False
+        if all(1 / WIDE <= state[k] <= WIDE for k in ("draft_scale", "verify_scale")):
+            self.held.discard(method)
+            return False
+        return method not in self.held
+
+    def measured_again(self, method: str, old: Profile, new: Profile) -> None:
+        """After measuring again for a drift: a profile close to the old one means the drift
+        came from elsewhere (a long context): no more measuring until the scales come back."""
+        if _close(old.draft_token_s, new.draft_token_s) and _close(old.verify(1), new.verify(1)):
+            self.held.add(method)
+        else:  # the new profile starts afresh: its scales are learned again
+            self.budgets[method].update(draft_scale=1.0, verify_scale=1.0)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= CLOSE * max(a, b)

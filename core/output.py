@@ -20,6 +20,12 @@ class Event:
 
 
 class Output:
+    """Decodes incrementally: the ids before `_head` are settled (their text released and
+    before any place a stop string may still start); only the ids after it are decoded again,
+    with a few settled ids before them for the tokenizer's spacing."""
+    CONTEXT = 4  # settled ids decoded before the tail, so the tail is spaced as in full text
+    KEEP = 8  # ids kept in the tail when the head moves on
+
     def __init__(self, decode: Callable[[list[int]], str], eos_ids: set[int],
                  max_new_tokens: int, stop_strings: tuple[str, ...] = ()):
         self.decode, self.eos_ids = decode, eos_ids
@@ -32,6 +38,8 @@ class Output:
         self.text = ""  # text released so far
         self.done = False
         self.reason = ""
+        self._head, self._head_chars = 0, 0  # settled ids, and the characters of their text
+        self._longest = max(map(len, self.stop_strings), default=0)
 
     @property
     def remaining(self) -> int:
@@ -66,21 +74,44 @@ class Output:
         self._hand_out(ev)
         return ev
 
+    def _tail(self, end: int | None = None) -> str:
+        """The text of ids[_head:end], spaced as in the text of all ids up to end."""
+        lo = max(0, self._head - self.CONTEXT)
+        before = self.decode(self.ids[lo:self._head]) if lo < self._head else ""
+        text = self.decode(self.ids[lo:end])
+        return text[len(before):]
+
     def _hand_out(self, ev: Event) -> None:
         """Put the ids whose text is out (all of them once done) in the event."""
         n = len(self.ids)
         if self.stop_strings and not self.done:
-            while n > self.sent and len(self.decode(self.ids[:n])) > len(self.text):
+            out = len(self.text) - self._head_chars
+            while n > self.sent and len(self._tail(n)) > out:
                 n -= 1
         ev.tokens, ev.sources = self.ids[self.sent:n], self.sources[self.sent:n]
         if self.logprobs is not None:
             ev.logprobs = self.logprobs[self.sent:n]
         self.sent = n
+        self._settle()
+
+    def _settle(self) -> None:
+        """Move the head on (KEEP ids at a time, at least KEEP before the last handed out) to
+        where the text before it is out, ends on a whole character and ends before any stop
+        string may start."""
+        k = self.sent - self.KEEP
+        while not self.done and k - self._head >= self.KEEP:
+            head = self._tail(k)
+            chars = self._head_chars + len(head)
+            if not head.endswith("\ufffd") and chars <= len(self.text) - self._longest:
+                self._head, self._head_chars = k, chars
+                return
+            k -= self.KEEP
 
     def _cut_ids(self, cut: int) -> None:
-        """Keep the fewest ids whose text reaches `cut` (the stop string's start)."""
-        k = self.sent
-        while k < len(self.ids) and len(self.decode(self.ids[:k])) < cut:
+        """Keep the fewest ids whose text reaches `cut` (the stop string's start, counted in
+        the tail's characters)."""
+        k = max(self.sent, self._head)
+        while k < len(self.ids) and len(self._tail(k)) < cut:
             k += 1
         del self.ids[k:], self.sources[k:]
         if self.logprobs is not None:
@@ -90,22 +121,24 @@ class Output:
         self.done, self.reason = True, reason
 
     def _release(self) -> str:
-        full = self.decode(self.ids)
-        cut = self._stop_cut(full)
+        """The new text to hand out; all text before the head is out already."""
+        tail, out = self._tail(), self.text[self._head_chars:]
+        cut = self._stop_cut(tail, out)
         if cut is not None:
-            full = full[:cut]
+            tail = tail[:cut]
             self._cut_ids(cut)
             self._finish("stop_string")
         elif not self.done:
-            full = full.rstrip("\ufffd")  # wait for the rest of a split UTF-8 character
-            full = full[:max(len(full) - self._hold(full), 0)]
-        if not full.startswith(self.text):  # tokenizer re-spaced earlier text: release as is
-            full = self.text + full[len(self.text):]
-        delta, self.text = full[len(self.text):], full
+            tail = tail.rstrip("\ufffd")  # wait for the rest of a split UTF-8 character
+            tail = tail[:max(len(tail) - self._hold(tail), 0)]
+        if not tail.startswith(out):  # tokenizer re-spaced earlier text: release as is
+            tail = out + tail[len(out):]
+        delta = tail[len(out):]
+        self.text += delta
         return delta
 
-    def _stop_cut(self, full: str) -> int | None:
-        hits = [full.find(s, max(0, len(self.text) - len(s))) for s in self.stop_strings]
+    def _stop_cut(self, tail: str, out: str) -> int | None:
+        hits = [tail.find(s, max(0, len(out) - len(s))) for s in self.stop_strings]
         hits = [h for h in hits if h >= 0]
         return min(hits) if hits else None
 

@@ -3,6 +3,7 @@ and what each job hands back (`Drafted`: the proposal and the worker's `DraftTim
 
 llama.cpp and torch both release the GIL, so a thread is enough. `sequential=True` waits for
 each job when it is submitted, giving the same algorithm without overlap (tests, comparison).
+`inline` drafts on the caller's thread (sps: nothing to overlap), watched by a `Watchdog`.
 A draft that raises or hangs is caught here; the engine then goes on with the target alone.
 """
 from __future__ import annotations
@@ -85,7 +86,8 @@ class DraftWorker:
         self.sequential, self.timeout_s = sequential, timeout_s
         self.warnings: list[str] = []
         self._hung: Future | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="draft")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="draft")  # a thread on first use
+        self._watchdog: Watchdog | None = None
         # Both threads spend most time in C code that drops the GIL; with Python's default
         # 5 ms switch interval a thread coming back from C can wait that long for the GIL.
         self._switch = sys.getswitchinterval()
@@ -105,11 +107,36 @@ class DraftWorker:
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
         fut = self._pool.submit(self._run, list(context), n, stop, branching)
-        timeout = None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
-        job = DraftJob(fut, stop, self, timeout)
+        job = DraftJob(fut, stop, self, self._timeout(context))
         if self.sequential:
             job.result()
         return job
+
+    def inline(self, context: list[int], n: int,
+               branching: Branching | None = None) -> Drafted:
+        """Draft on the caller's thread, no hand-off. Past the timeout the watchdog sets the
+        job's stop, so the draft ends at its next token; that late answer is a failure like
+        a hung job's (a draft stuck inside one call holds the caller until it returns)."""
+        if self.failed:
+            return Drafted.nothing()
+        stop, timeout = threading.Event(), self._timeout(context)
+        if timeout is None:
+            return self._run(list(context), n, stop, branching)
+        if self._watchdog is None:
+            self._watchdog = Watchdog()
+        fired = self._watchdog.arm(timeout, stop)
+        try:
+            drafted = self._run(list(context), n, stop, branching)
+        finally:
+            self._watchdog.disarm()
+        if fired.is_set() and not self.failed:
+            self._fail(f"the draft gave no answer within {timeout:.3g} s; the target "
+                       "went on alone")
+            return Drafted.nothing()
+        return drafted
+
+    def _timeout(self, context: list[int]) -> float | None:
+        return None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
 
     def _run(self, context, n, stop, branching) -> Drafted:
         t0 = time.perf_counter()
@@ -142,5 +169,50 @@ class DraftWorker:
         the drafter may not be used until it is done."""
         hung = self._hung if self._hung is not None and not self._hung.done() else None
         self._pool.shutdown(wait=hung is None, cancel_futures=True)
+        if self._watchdog is not None:
+            self._watchdog.close()
         sys.setswitchinterval(self._switch)
         return hung
+
+
+class Watchdog:
+    """One thread that sets an inline job's stop event at its deadline. Arming wakes it only
+    when it sleeps past the new deadline, so a round costs a lock, not a thread switch."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._job: tuple[float, threading.Event, threading.Event] | None = None
+        self._until = float("inf")  # when the watcher wakes next on its own
+        self._closed = False
+        threading.Thread(target=self._watch, daemon=True, name="draft-watchdog").start()
+
+    def arm(self, timeout_s: float, stop: threading.Event) -> threading.Event:
+        """Watch a job from now; returns the event set when it ran past timeout_s."""
+        fired = threading.Event()
+        with self._cv:
+            self._job = (time.monotonic() + timeout_s, stop, fired)
+            if self._job[0] < self._until:
+                self._cv.notify()
+        return fired
+
+    def disarm(self) -> None:
+        with self._cv:
+            self._job = None
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    def _watch(self) -> None:
+        with self._cv:
+            while not self._closed:
+                job = self._job
+                if job is not None and time.monotonic() >= job[0]:
+                    job[2].set()
+                    job[1].set()
+                    self._job = None
+                    continue
+                self._until = job[0] if job is not None else float("inf")
+                self._cv.wait(None if job is None else self._until - time.monotonic())
+                self._until = float("inf")

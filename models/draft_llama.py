@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp import llama_cpp as C
-from llama_cpp._logger import set_verbose
 
 from core.align import common_prefix
 from core.backends import Branching, Draft, Draws, Proposal
 from core.branching import softmax, top_ids, top_prob
 from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
+from models.quiet import route_llama_logs
 
-set_verbose(False)  # llama.cpp's context logs would drown the CLI's stderr
+route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr
 
 
 class LlamaDrafter:
@@ -34,6 +34,8 @@ class LlamaDrafter:
         mp.n_gpu_layers = 0
         mp.use_extra_bufts = extra_buffers_safe()
         self.model = internals.LlamaModel(path_model=str(path), params=mp, verbose=False)
+        trained = self.model.n_ctx_train()  # never past its trained window (0: unknown)
+        n_ctx = min(n_ctx, trained) if trained > 0 else n_ctx
         cp = C.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, n_batch
         cp.n_threads = cp.n_threads_batch = n_threads

@@ -182,7 +182,7 @@ def size_config(config: dict) -> dict:
 
 
 def trained_window(config: dict) -> int:
-    """The context the target was trained for (max_position_embeddings; 4096 when not given,
-    as models/target_torch.py assumes too)."""
+    """The context the target was trained for (max_position_embeddings; 4096 when not given):
+    the one bound of the window, for the picker (models/target_choice.py) and the targets."""
     c = config.get("text_config") or config
     return int(c.get("max_position_embeddings") or 4096)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +34,7 @@ class LoadOptions:
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
-    remeasure: bool = False  # profile the draft budget again
+    remeasure: bool = False  # time the path, the draft threads and the budget profiles again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
@@ -45,8 +46,10 @@ class Pair:
         from transformers import AutoTokenizer
 
         from models.draft_llama import LlamaDrafter
+        from models.quiet import quiet_libraries
         from models.target_choice import load_target, pick_quant_kind
 
+        quiet_libraries()
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
         say = progress or (lambda m: log.info(m))
         t0 = time.perf_counter()
@@ -66,9 +69,13 @@ class Pair:
                                                    self.opts.target_quant, group, say)
         say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant}, "
             f"context {n_ctx})")
-        self.target = load_target(model_dir, device, dtype, n_ctx, self.opts.target_compile,
-                                  self.opts.compile_buckets, say, quant, group)
+        self._target_args = (model_dir, device, dtype, n_ctx, self.opts.target_compile,
+                             self.opts.compile_buckets, say, quant, group)
+        self.target = load_target(*self._target_args, remeasure=self.opts.remeasure)
         self.drafter = None
+        # a fast tokenizer is not safe to share between threads: the page's context meter
+        # tokenizes while a generation decodes, so every use of it takes this lock
+        self._tokenizer_lock = threading.Lock()
         try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
             say(f"loading draft {draft_gguf.name} on the CPU")
@@ -85,6 +92,7 @@ class Pair:
         self._remeasured: set[tuple[int, int]] = set()
         self._placement: Placement | None = None
         self._thread_times: dict[int, float] = {}  # draft threads -> s/token
+        self._time_threads_again = self.opts.remeasure  # --remeasure: at the first placement
         self._progress = say
 
     def _vocab(self):
@@ -107,7 +115,9 @@ class Pair:
 
             device, cores = self.target.device, max(1, self.opts.cores)
             self._thread_times = pick_draft_threads(self.spec.name, self.drafter,
-                                                    draft_share(device, cores), self._progress)
+                                                    draft_share(device, cores), self._progress,
+                                                    self._time_threads_again)
+            self._time_threads_again = False
             self._placement = Placement(device, cores, fastest_threads(self._thread_times),
                                         self.target.fixed_threads)
         return self._placement
@@ -119,15 +129,35 @@ class Pair:
         return self.placement().apply(method, self.drafter, self.target)
 
     def ensure_profile(self, method: str, remeasure: bool = False):
+        """The budget profile for `method`'s thread split: cached, or measured when asked,
+        at --remeasure, or when the last generation's times drifted WIDE off it."""
         from models.profiler import load_or_measure
 
         threads = self.apply_threads(method)
-        again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
+        drift = self.learned.drifted(method)  # online times far off the profile
+        again = remeasure or drift or (self.opts.remeasure and threads not in self._remeasured)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
                                        again, self._progress)
+        if drift:
+            self.learned.measured_again(method, self.learned.budgets[method]["profile"],
+                                        self.profile)
         self.profile.draft_threads = dict(self._thread_times)
         self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
         return self.profile
+
+    def remeasure(self) -> None:
+        """Time this machine again (the page's button): the compiled-vs-eager verdict where it
+        was timed (the target is loaded again when it changes), the draft's threads and the
+        budget profiles of duo and sps."""
+        from models.target_choice import load_target
+
+        model_dir, device, dtype, n_ctx, compile = self._target_args[:5]
+        if compile == "auto" and device == "cpu":
+            self.target.close()
+            self.target = load_target(*self._target_args, remeasure=True)
+        self._placement, self._time_threads_again = None, True
+        for method in ("duo", "sps"):
+            self.ensure_profile(method, remeasure=True)
 
     # -- prompts and generation ---------------------------------------------------------
     def prompt_ids(self, prompt: str | list[dict], raw: bool = False,
@@ -135,12 +165,13 @@ class Pair:
         """`tools` (JSON-schema function definitions) go to the chat template."""
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         check_prompt(messages, self.target.n_ctx)  # before tokenizing: a 2 MB paste is quick
-        if raw or not self.tokenizer.chat_template:
-            text = "".join(m["content"] for m in messages)
-            ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
-        else:
-            ids = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
-                                                     add_generation_prompt=True)["input_ids"]
+        with self._tokenizer_lock:
+            if raw or not self.tokenizer.chat_template:
+                text = "".join(m["content"] for m in messages)
+                ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+            else:
+                ids = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True,
+                                                         add_generation_prompt=True)["input_ids"]
         limit = self.target.n_ctx - 1
         if len(ids) > limit:
             raise ContextOverflow(f"the prompt is {len(ids)} tokens; the context window "
@@ -156,7 +187,8 @@ class Pair:
                              f"most {room} new tokens fit")
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        with self._tokenizer_lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def token_text(self, token: int) -> str:
         """One token's text (logprobs name their tokens by it)."""
@@ -212,8 +244,9 @@ class Pair:
 
 def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
     """The draft's window from the target's: the same text may take more draft tokens with
-    another tokenizer (twice is ample; past its window the draft proposes nothing and the
-    target goes on alone), plus room for one chunk."""
+    another tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it
+    within the draft's trained window; past its window the draft proposes nothing and the
+    target goes on alone."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
 
 

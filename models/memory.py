@@ -23,25 +23,6 @@ def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
     return weights + max(weights // 10, GIB // 2)
 
 
-def check_target_fits(config: dict, device: str, dtype_bytes: int) -> None:
-    """Raise PairError saying how much is needed and how much is free when the target won't fit."""
-    free, where = free_bytes(device)
-    if free is None:
-        return
-    need = estimate_bytes(config, dtype_bytes)
-    if need > free:
-        params = Shape.from_config(config).parameters() / 1e9
-        dtype = DTYPE_NAMES.get(dtype_bytes, f"{dtype_bytes}-byte")
-        raise PairError(f"the target needs ~{need / GIB:.1f} GiB ({params:.2f}B parameters in {dtype}), "
-                        f"only {free / GIB:.1f} GiB free on {where}; pick a smaller pair "
-                        f"(python scripts/download_models.py --list) or free some memory")
-
-
-def check_folder_fits(folder: Path, device: str, dtype_bytes: int) -> None:
-    """check_target_fits for a downloaded model folder (the ("hf", folder) of target_source)."""
-    check_target_fits(json.loads((Path(folder) / "config.json").read_text()), device, dtype_bytes)
-
-
 def free_bytes(device: str) -> tuple[int | None, str]:
     """Free memory on the device the target goes to: GPU memory for cuda*, available RAM for cpu."""
     free, _, where = device_memory(device)
@@ -156,20 +137,19 @@ class DoesNotFit(PairError):
 
 @dataclass(frozen=True)
 class QuantPick:
-    """The precision `auto` picked (None on the CPU until measured), what each one needs and why."""
-    kind: str | None
+    """The precision `auto` picked, what each one needs and why."""
+    kind: str
     needed: dict[str, int]
     fits: tuple[str, ...]
     free: int | None
     reason: str
 
 
-def pick_quant(dims: ModelDims, ctx: int, budget: Budget, cpu_choice=None, runs=PRECISIONS) -> QuantPick:
+def pick_quant(dims: ModelDims, ctx: int, budget: Budget, runs=PRECISIONS) -> QuantPick:
     """The best precision whose weights, KV cache for ctx tokens, working memory and margin fit
-    the budget (bf16 > int8 > int4) on a GPU. On the CPU the fastest one that fits is picked by
-    measurement: cpu_choice(fits) -> kind does that (or is the kind itself); without it kind is
-    None. Only the kinds in `runs` (those that run here) are picked. Raises DoesNotFit when
-    nothing fits, naming the longest context that would in int4."""
+    the budget (unquantized > int8 > int4), on a GPU and on the CPU alike: a smaller one only
+    when memory forces it. Only the kinds in `runs` (those that run here) are picked. Raises
+    DoesNotFit when nothing fits, naming the longest context that would in int4."""
     needed = {k: budget.needed(dims, k, ctx) for k in PRECISIONS}
     fits = tuple(k for k in PRECISIONS if k in runs and budget.fits(dims, k, ctx))
     if not fits:
@@ -177,19 +157,11 @@ def pick_quant(dims: ModelDims, ctx: int, budget: Budget, cpu_choice=None, runs=
     label = budget.label
     room = "free memory unknown" if budget.free is None else \
         f"{budget.free / GIB:.1f} GiB free on {budget.where or budget.device}"
-    table = _table(dims, ctx, budget, needed)
-    if budget.device == "cpu":
-        kind = cpu_choice(fits) if callable(cpu_choice) else cpu_choice
-        if kind is None:
-            return QuantPick(None, needed, fits, budget.free, f"cpu: the fastest of "
-                             f"{', '.join(map(label, fits))} by measurement ({room}) {table}")
-        if kind not in fits:
-            raise DoesNotFit(f"{label(kind)} needs {needed[kind] / GIB:.1f} GiB, {room} {table}")
-        return QuantPick(kind, needed, fits, budget.free,
-                         f"cpu: picked {label(kind)}, measured fastest ({room}) {table}")
     kind = fits[0]
-    why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB" for k in PRECISIONS[:PRECISIONS.index(kind)])
-    reason = f"picked {label(kind)} ({needed[kind] / GIB:.1f} GiB{': ' + why if why else ''}; {room}) {table}"
+    why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB"
+                    for k in PRECISIONS[:PRECISIONS.index(kind)] if k in runs)
+    reason = (f"picked {label(kind)} ({needed[kind] / GIB:.1f} GiB{': ' + why if why else ''}; "
+              f"{room}) {_table(dims, ctx, budget, needed)}")
     return QuantPick(kind, needed, fits, budget.free, reason)
 
 

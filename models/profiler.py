@@ -1,11 +1,13 @@
 """Measures draft time per token (and by thread count) and target forward time for 1..32
 tokens; cached per machine, pair, draft file, device, target dtype, precision, path and
-thread counts."""
+thread counts. Every measurement is the minimum of several rounds that interleave the
+candidates, and is stored with the other processes' share of the CPU while it ran: one
+taken under load is taken again once the machine is quieter."""
 from __future__ import annotations
 
 import json
+import os
 import platform
-import statistics
 import time
 
 import numpy as np
@@ -17,8 +19,8 @@ from models.convert import cache_root
 
 GREEDY = SamplingConfig()
 MAX_SEQS = 4
-
-
+ROUNDS = 3  # timed rounds per measurement (after one warm-up round); the minimum is kept
+BUSY = 0.25  # other processes' share of the cores above which a measurement was "under load"
 def machine_key() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -31,45 +33,123 @@ def machine_key() -> str:
     return f"{platform.node()}|{cpu}"
 
 
-def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
-                    remeasure: bool = False, progress=None) -> Profile:
-    path = cache_root() / "profiles.json"
-    key = (f"v3|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
-           f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
+def machine_load(seconds: float = 0.25) -> float | None:
+    """Other processes' share of the cores now (0 idle .. 1 all busy), sampled over `seconds`;
+    None where psutil cannot tell."""
+    with LoadMeter() as meter:
+        time.sleep(seconds)
+    return meter.share
+
+
+class LoadMeter:
+    """Other processes' share of the cores while a block runs (`share`, None if unknown):
+    the machine's busy CPU time less this process's, over the wall time and the cores."""
+    share: float | None = None
+
+    def __enter__(self):
+        self._start = _cpu_sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = _cpu_sample()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return
+        wall = end[0] - self._start[0]
+        others = (end[1] - self._start[1]) - (end[2] - self._start[2])
+        self.share = round(min(max(others / (wall * (os.cpu_count() or 1)), 0.0), 1.0), 3)
+
+
+def _cpu_sample() -> tuple[float, float, float] | None:
+    """(wall clock, the machine's busy CPU seconds, this process's CPU seconds)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    t, me = psutil.cpu_times(), psutil.Process().cpu_times()
+    busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
+    return time.monotonic(), busy, me.user + me.system
+
+
+def quieter_now(load: float | None) -> bool:
+    """A measurement taken under load (`load` above BUSY) is worth taking again when the other
+    processes now take less than half of that."""
+    if load is None or load < BUSY:
+        return False
+    now = machine_load()
+    return now is not None and now < load / 2
+
+
+def measured(file: str, key: str, measure, remeasure: bool = False, progress=None,
+             say: str = "") -> dict:
+    """{"value": measure(), "load": others' share while it ran}, kept in cache_root()/file
+    under key; measured when missing, when asked (`remeasure`) or when quieter_now."""
+    path = cache_root() / file
     known = json.loads(path.read_text()) if path.exists() else {}
-    if key in known and not remeasure:
-        return Profile.from_dict(known[key])
-    if progress:
-        progress("profiling the draft budget (draft time per token, target verify time 1..32)")
-    prof = measure(drafter, target, context_len=64)
-    known[key] = prof.to_dict()
+    entry = known.get(key)
+    if entry is not None and not remeasure and not quieter_now(entry.get("load")):
+        return entry
+    if progress and say:
+        progress(say)
+    with LoadMeter() as meter:
+        value = measure()
+    entry = {"value": value, "load": meter.share}
+    known = json.loads(path.read_text()) if path.exists() else {}  # another process may have written
+    known[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(known, indent=1))
-    return prof
+    return entry
 
 
-def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None) -> dict[int, float]:
+def interleaved(probes: dict, rounds: int = ROUNDS) -> dict:
+    """The least time (s) of each probe (a callable returning one timing) over a warm-up round
+    and `rounds` timed rounds, every round running every probe in turn."""
+    times = {name: [] for name in probes}
+    for r in range(rounds + 1):
+        for name, probe in probes.items():
+            t = probe()
+            if r:
+                times[name].append(t)
+    return {name: min(ts) for name, ts in times.items()}
+
+
+def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
+                    remeasure: bool = False, progress=None) -> Profile:
+    key = (f"v4|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
+           f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
+    entry = measured("profiles.json", key, lambda: measure(drafter, target).to_dict(),
+                     remeasure, progress, "profiling the draft budget (draft time per token, "
+                     "target verify time 1..32)")
+    profile = Profile.from_dict(entry["value"])
+    profile.load = entry["load"]
+    return profile
+
+
+def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None,
+                       remeasure: bool = False) -> dict[int, float]:
     """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (the cores the target leaves),
-    measured once per machine, pair and draft file; the caller takes the fastest."""
+    measured per machine, pair and draft file; the caller takes the fastest."""
     candidates = sorted({n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap})
     if len(candidates) == 1:
         return {cap: 0.0}
-    path = cache_root() / "draft_threads.json"
-    key = f"v1|{machine_key()}|{pair_name}|{drafter.name}|cap{cap}"
-    known = json.loads(path.read_text()) if path.exists() else {}
-    if key not in known:
-        if progress:
-            progress(f"timing the draft at {', '.join(map(str, candidates))} threads")
-        ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, 64)]
-        prev = drafter.set_threads(candidates[0])
-        known[key] = {}
-        for n in candidates:
-            drafter.set_threads(n)
-            known[key][str(n)] = draft_time(drafter, ctx, 16) / 16
+    key = f"v2|{machine_key()}|{pair_name}|{drafter.name}|cap{cap}"
+    entry = measured("draft_threads.json", key, lambda: _time_threads(drafter, candidates),
+                     remeasure, progress,
+                     f"timing the draft at {', '.join(map(str, candidates))} threads")
+    return {int(n): s for n, s in entry["value"].items()}
+
+
+def _time_threads(drafter, candidates: list[int]) -> dict[str, float]:
+    ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, 64)]
+    prev = drafter.set_threads(candidates[0])
+
+    def probe(n):
+        drafter.set_threads(n)
+        return draft_once(drafter, ctx, 16) / 16
+    try:
+        best = interleaved({n: (lambda n=n: probe(n)) for n in candidates})
+    finally:
         drafter.set_threads(prev)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1))
-    return {int(n): s for n, s in known[key].items()}
+    return {str(n): s for n, s in best.items()}
 
 
 def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
@@ -78,55 +158,65 @@ def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
     return min(n for n, s in times.items() if s <= best * (1 + tolerance))
 
 
-def measure(drafter, target, context_len: int = 64, repeats: int = 3) -> Profile:
+def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS) -> Profile:
+    """The draft's time per token and per batched step of k sequences and the target's
+    forward of 1..MAX_GAMMA tokens, interleaved round by round."""
     ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
-    draft_s = draft_time(drafter, ctx, 16, repeats) / 16
-    steps = {1: draft_s} | {k: step_time(drafter, ctx, k, repeats) for k in range(2, MAX_SEQS + 1)}
-    verify = [verify_time(target, ctx, n, repeats) for n in range(1, MAX_GAMMA + 1)]
-    return Profile(draft_token_s=draft_s, verify_s=verify, draft_step_s=steps,
+    probes = {"draft": lambda: draft_once(drafter, ctx, 16) / 16}
+    probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, MAX_SEQS + 1)}
+    probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
+               for n in range(1, MAX_GAMMA + 1)}
+    target.rollback(0)
+    target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
+    best = interleaved(probes, rounds)
+    target.rollback(0)
+    steps = {1: best["draft"]} | {k: best[k] for k in range(2, MAX_SEQS + 1)}
+    verify = [best[f"verify{n}"] for n in range(1, MAX_GAMMA + 1)]
+    return Profile(draft_token_s=best["draft"], verify_s=verify, draft_step_s=steps,
                    device=target.device)
 
 
-def step_time(drafter, ctx: list[int], k: int, repeats: int = 3, n: int = 12) -> float:
-    """Median time of one batched draft step over k sequences."""
+def step_once(drafter, ctx: list[int], k: int, n: int = 12) -> float:
+    """Time of one batched draft step over k sequences (the prefill before the clock)."""
     policy = BranchPolicy(max_seqs=k, static_k=k)
-    steps = policy.steps(n, k)
     rng = PositionRng(0, 1)
-    times = []
-    for _ in range(repeats + 1):
-        drafter.propose(ctx, 1, GREEDY, rng)
-        t0 = time.perf_counter()
-        drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng, branching=policy)
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times[1:])
+    drafter.propose(ctx, 1, GREEDY, rng)
+    t0 = time.perf_counter()
+    drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng, branching=policy)
+    return (time.perf_counter() - t0) / policy.steps(n, k)
 
 
-def draft_time(drafter, ctx: list[int], n: int, repeats: int = 3) -> float:
-    """Median time to draft n tokens after ctx (the prefill is done before the clock)."""
+def draft_once(drafter, ctx: list[int], n: int) -> float:
+    """Time to draft n tokens after ctx (the prefill is done before the clock)."""
     rng = PositionRng(0, 1)
-    times = []
-    for _ in range(repeats + 1):  # the first is warm-up
-        drafter.propose(ctx, 1, GREEDY, rng)
-        t0 = time.perf_counter()
-        drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    drafter.propose(ctx, 1, GREEDY, rng)
+    t0 = time.perf_counter()
+    drafter.propose(ctx + [ctx[-1]], n, GREEDY, rng)
+    return time.perf_counter() - t0
 
 
-def verify_time(target, ctx: list[int], n: int, repeats: int = 3) -> float:
-    """Median time of one target forward of n tokens after a cached ctx."""
+def draft_time(drafter, ctx: list[int], n: int, rounds: int = ROUNDS) -> float:
+    """The least time to draft n tokens after ctx, over `rounds` after a warm-up."""
+    return interleaved({"draft": lambda: draft_once(drafter, ctx, n)}, rounds)["draft"]
+
+
+def verify_once(target, ctx: list[int], n: int) -> float:
+    """Time of one target forward of n tokens after the cached ctx (clocks synchronised)."""
+    target.rollback(len(ctx))
+    _sync(target)
+    t0 = time.perf_counter()
+    target.score(ctx[:n] if n <= len(ctx) else (ctx * 2)[:n], n, GREEDY)
+    _sync(target)
+    return time.perf_counter() - t0
+
+
+def verify_time(target, ctx: list[int], n: int, rounds: int = ROUNDS) -> float:
+    """The least time of one target forward of n tokens after a cached ctx."""
     target.rollback(0)
     target.score(ctx, 1, GREEDY)
-    times = []
-    for _ in range(repeats + 1):
-        target.rollback(len(ctx))
-        _sync(target)
-        t0 = time.perf_counter()
-        target.score(ctx[:n] if n <= len(ctx) else (ctx * 2)[:n], n, GREEDY)
-        _sync(target)
-        times.append(time.perf_counter() - t0)
+    best = interleaved({n: lambda: verify_once(target, ctx, n)}, rounds)[n]
     target.rollback(0)
-    return statistics.median(times[1:])
+    return best
 
 
 def _sync(target) -> None:

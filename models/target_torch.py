@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
+from models.footprint import trained_window
 from models.sampling_torch import device_scores
 
 
@@ -64,7 +65,7 @@ class TorchTarget:
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
-        trained = int(getattr(cfg.get_text_config(), "max_position_embeddings", 0) or 4096)
+        trained = trained_window(cfg.to_dict())
         self.n_ctx = min(int(n_ctx or trained), trained)
         self.eos_ids = _eos_ids(self.model)
         self.cache = self._new_cache()

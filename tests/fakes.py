@@ -9,8 +9,9 @@ import numpy as np
 from core.align import VocabSide
 from core.verify import reference_scores
 from core.backends import Draft, Proposal, Scores
-from core.budget import Profile
+from core.budget import DraftBudget, Profile
 from core.constraints import apply_row
+from core.learned import Learned
 from core.sampling import SamplingConfig, logits_to_probs
 
 
@@ -200,3 +201,27 @@ class FakeGrammar:
         twin = FakeGrammar(self.vocab, self.eos)
         twin.consumed = list(self.consumed)
         return twin
+
+
+class ScriptedLearned(Learned):
+    """A pair's Learned whose budgets see the profile's times x fixed ratios instead of the
+    clock's, so a test's rounds, gammas and scales are the same on a busy machine."""
+
+    def __init__(self, draft_ratio: float = 1.0, verify_ratio: float = 1.0):
+        super().__init__()
+        self.ratios = (draft_ratio, verify_ratio)
+
+    def budget(self, method, profile, overlap, fixed):
+        budget = ScriptedBudget(profile, overlap=overlap, fixed=fixed)
+        budget.ratios = self.ratios
+        budget.restore(self.budgets.get(method))
+        return budget
+
+
+class ScriptedBudget(DraftBudget):
+    ratios = (1.0, 1.0)
+
+    def observe(self, drafted, accepted, draft_s=0.0, draft_n=0, verify_s=0.0, verify_n=0):
+        draft_s = draft_n * self.profile.draft_token_s * self.ratios[0]
+        verify_s = self.profile.verify(verify_n) * self.ratios[1] if verify_n else 0.0
+        return super().observe(drafted, accepted, draft_s, draft_n, verify_s, verify_n)

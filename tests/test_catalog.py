@@ -340,40 +340,24 @@ def test_parameter_counts():
         memory.Shape.from_config({"vocab_size": 10})
 
 
-def test_check_target_fits_says_why(monkeypatch):
-    monkeypatch.setattr(memory, "free_bytes", lambda device: (8 * memory.GIB, "cuda:0 (Fake GPU, 12.0 GiB total)"))
-    with pytest.raises(PairError, match=r"needs ~13.8 GiB \(6.74B parameters in bf16\), only 8.0 GiB free on cuda:0"):
-        memory.check_target_fits(LLAMA2_7B, "cuda:0", 2)
-    memory.check_target_fits(SMOL_17B, "cuda:0", 2)
-    monkeypatch.setattr(memory, "free_bytes", lambda device: (None, device))
-    memory.check_target_fits(LLAMA2_7B, "mps", 2)
-
-
-def test_check_target_fits_on_cpu_reads_meminfo(monkeypatch, tmp_path):
+def test_free_memory_on_cpu_reads_meminfo(monkeypatch, tmp_path):
     fake = tmp_path / "meminfo"
     fake.write_text("MemTotal:       32000000 kB\nMemFree:         1000000 kB\nMemAvailable:   20971520 kB\n")
     assert memory.meminfo_available(fake) == 20 * memory.GIB
     assert memory.meminfo_available(tmp_path / "missing") is None
     monkeypatch.setattr(memory, "MEMINFO", fake)
-    memory.check_target_fits(LLAMA2_7B, "cpu", 2)
-    with pytest.raises(PairError, match="only 20.0 GiB free on CPU RAM"):
-        memory.check_target_fits(LLAMA2_7B, "cpu", 4)
+    assert memory.free_bytes("cpu") == (20 * memory.GIB, "CPU RAM")
+    assert memory.free_bytes("mps") == (None, "mps")
 
 
-def test_check_target_fits_on_cuda_uses_mem_get_info(monkeypatch):
+def test_free_memory_on_cuda_uses_mem_get_info(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (10 * memory.GIB, 24 * memory.GIB))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev: "Fake RTX")
-    with pytest.raises(PairError, match=r"only 10.0 GiB free on cuda \(Fake RTX, 24.0 GiB total\)"):
-        memory.check_target_fits(QWEN25_7B, "cuda", 2)
-
-
-def test_check_folder_fits_reads_config(monkeypatch, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(QWEN25_7B))
-    monkeypatch.setattr(memory, "free_bytes", lambda device: (15 * memory.GIB, "cuda:0"))
-    with pytest.raises(PairError, match="needs ~15.6 GiB"):
-        memory.check_folder_fits(tmp_path, "cuda:0", 2)
+    free, total, where = memory.device_memory("cuda")
+    assert (free, total) == (10 * memory.GIB, 24 * memory.GIB)
+    assert where == "cuda (Fake RTX, 24.0 GiB total)"
 
 
 def test_app_shows_each_precisions_memory_for_the_picked_pair(monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 
 from core.engine import GenConfig, generate
 from core.learned import Learned
-from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, fake_profile
 
 V = 8
 PROMPT = [0]
@@ -26,11 +26,12 @@ def chain() -> np.ndarray:
 
 
 class FaultyDrafter(FakeDrafter):
-    """Raises from call `fail_at` on, or hangs at call `hang_at` until `release` is set."""
+    """Raises from call `fail_at` on, or hangs at call `hang_at` until `release` is set (or,
+    `stoppable`, until the job's stop is set, as llama.cpp checks it between tokens)."""
 
-    def __init__(self, fail_at=None, hang_at=None, **kw):
+    def __init__(self, fail_at=None, hang_at=None, stoppable=False, **kw):
         super().__init__(chain(), **kw)
-        self.fail_at, self.hang_at = fail_at, hang_at
+        self.fail_at, self.hang_at, self.stoppable = fail_at, hang_at, stoppable
         self.release = threading.Event()
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
@@ -43,7 +44,10 @@ class FaultyDrafter(FakeDrafter):
             self.calls.append((len(context), n))
             raise RuntimeError("draft boom")
         if call == self.hang_at:
-            self.release.wait(30)
+            end = time.monotonic() + 30
+            while not self.release.wait(0.01) and time.monotonic() < end:
+                if self.stoppable and stop.is_set():
+                    break
         return super().propose(context, n, sampling, draws, stop, branching)
 
     def rollback(self, n_keep):
@@ -93,7 +97,7 @@ def test_a_target_error_is_not_masked_by_a_draft_error():
             run("duo", FaultyDrafter(fail_at=2), target=FailingTarget(fail_at), gamma=3)
 
 
-@pytest.mark.parametrize("method,sequential", MODES)
+@pytest.mark.parametrize("method,sequential", [("duo", False), ("duo", True)])
 def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, sequential):
     drafter, learned = FaultyDrafter(hang_at=2), Learned()
     kw = dict(gamma=3, sequential=sequential, draft_timeout_s=0.3)
@@ -112,6 +116,32 @@ def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, seq
     assert last.stats["drafted"] > 0
 
 
+def test_sps_stops_a_hung_inline_draft_and_drafts_afresh_next_time():
+    """sps drafts on its own thread: the watchdog stops the draft at its next token."""
+    drafter, learned = FaultyDrafter(hang_at=2, stoppable=True), Learned()
+    kw = dict(gamma=3, draft_timeout_s=0.3)
+    got, last = run("sps", drafter, learned, **kw)
+    assert got == VANILLA and drafter.calls  # the hung call ended: no job is left running
+    assert any("no answer within 0.3" in w for w in last.stats["warnings"])
+    assert learned.draft_free()
+    calls = len(drafter.calls)
+    got, last = run("sps", drafter, learned, **kw)
+    assert got == VANILLA and last.stats["warnings"] == []
+    assert drafter.rollbacks[-1:] == [0] and len(drafter.calls) > calls
+
+
+def test_sps_drafts_on_the_caller_s_thread():
+    names = []
+
+    class Where(FakeDrafter):
+        def propose(self, *a, **k):
+            names.append(threading.current_thread().name)
+            return super().propose(*a, **k)
+
+    assert run("sps", Where(chain()), gamma=3)[0] == VANILLA
+    assert set(names) == {threading.current_thread().name}
+
+
 def test_a_clean_generation_has_no_warnings():
     got, last = run("duo", FakeDrafter(chain()), gamma=3)
     assert got == VANILLA and last.stats["warnings"] == []
@@ -120,10 +150,10 @@ def test_a_clean_generation_has_no_warnings():
 def test_the_next_generation_starts_from_what_the_budget_learned():
     """Acceptance and timing scales carry over (the prior is 0.8; this draft is always
     right), and the branch policy prices sequences with the learned alpha."""
-    drafter, learned = FaultyDrafter(), Learned()
+    drafter, learned = FaultyDrafter(), ScriptedLearned(verify_ratio=1.5)  # no clock
     _, first = run("duo", drafter, learned, max_new_tokens=30)
     end = first.stats["gamma_profile"]
-    assert end["alpha"] > 0.9
+    assert end["alpha"] > 0.9 and end["verify_scale"] > 1.2
     n = len(drafter.alphas)
     _, second = run("duo", drafter, learned, max_new_tokens=30)
     assert drafter.alphas[n] == pytest.approx(end["alpha"], abs=1e-3)

@@ -1,9 +1,13 @@
 """The pair loader's bookkeeping on the real smol-self pair."""
 from __future__ import annotations
 
+import threading
+import time
+
 import models.profiler as profiler
 from core.budget import Profile
 from core.engine import GenConfig
+from core.learned import Learned
 
 
 def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
@@ -92,3 +96,90 @@ def test_target_out_of_memory_empties_the_cuda_cache_and_the_pair_goes_on(smol_p
             tokens("duo")
     assert emptied and smol_pair.target.n_cached == 0
     assert tokens("duo") == expected
+
+
+class Watched:
+    """A tokenizer that counts how many threads are inside it at once."""
+
+    def __init__(self, tok):
+        self.tok, self.inside, self.most = tok, 0, 0
+        self.lock = threading.Lock()
+
+    def _watch(self, fn, *a, **k):
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            time.sleep(0.001)  # widen the window two callers would share
+            return fn(*a, **k)
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+    def __call__(self, *a, **k):
+        return self._watch(self.tok, *a, **k)
+
+    def __getattr__(self, name):
+        attr = getattr(self.tok, name)
+        return (lambda *a, **k: self._watch(attr, *a, **k)) if callable(attr) else attr
+
+
+def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pair,
+                                                                        monkeypatch):
+    from app.host import ModelHost
+
+    watched = Watched(smol_pair.tokenizer)
+    monkeypatch.setattr(smol_pair, "tokenizer", watched)
+    host = ModelHost(lambda name, say: smol_pair)
+    host.pair, host.name = smol_pair, "smol-self"
+    done, uses = threading.Event(), []
+
+    def meter():
+        while not done.is_set():
+            uses.append(host.context_use([{"role": "user", "content": "How long is this?"}]))
+
+    thread = threading.Thread(target=meter)
+    thread.start()
+    ids = smol_pair.prompt_ids("Count to twenty.")
+    cfg = GenConfig(method="vanilla", max_new_tokens=24, stop_strings=("never",))
+    list(smol_pair.generate(ids, cfg))
+    done.set()
+    thread.join()
+    assert uses and uses[0][1] == smol_pair.target.n_ctx
+    assert watched.most == 1
+
+
+def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monkeypatch):
+    asked = []
+    profiles = iter([Profile(0.005, [0.02] * 32), Profile(0.010, [0.04] * 32)])
+
+    def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
+        asked.append(remeasure)
+        return next(profiles) if remeasure else Profile(0.005, [0.02] * 32)
+
+    monkeypatch.setattr(profiler, "load_or_measure", fake_load)
+    monkeypatch.setattr(smol_pair, "learned", Learned())
+    state = {"alpha": 0.8, "draft_scale": 1.0, "verify_scale": 2.6,
+             "profile": Profile(0.005, [0.02] * 32), "since_probe": 0}
+    smol_pair.learned.budgets["duo"] = dict(state)
+    smol_pair.ensure_profile("duo")  # drifted: measured again, the same profile: held
+    smol_pair.ensure_profile("duo")
+    smol_pair.learned.budgets["duo"] = dict(state, verify_scale=1.0)  # back: the hold ends
+    smol_pair.ensure_profile("duo")
+    smol_pair.learned.budgets["duo"] = dict(state, draft_scale=0.2)
+    smol_pair.ensure_profile("duo")  # drifted: a new profile; its scales start afresh
+    smol_pair.ensure_profile("duo")
+    assert asked == [True, False, False, True, False]
+
+
+def test_the_page_s_button_times_threads_and_profiles_again(smol_pair, monkeypatch):
+    asked = []
+    monkeypatch.setattr(profiler, "load_or_measure", lambda *a, **k: asked.append(a[4]) or
+                        Profile(0.005, [0.02] * 32))
+    monkeypatch.setattr(profiler, "pick_draft_threads",
+                        lambda *a: asked.append(("threads", a[-1])) or {1: 0.005})
+    monkeypatch.setattr(smol_pair, "_placement", None)
+    monkeypatch.setattr(smol_pair, "_thread_times", {})
+    smol_pair.remeasure()
+    smol_pair.placement()  # kept: nothing is timed again
+    assert asked == [("threads", True), True, True]

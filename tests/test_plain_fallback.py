@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.budget import PROBE_EVERY, DraftBudget, Profile
 from core.engine import GenConfig, generate
-from tests.fakes import FakeDrafter, FakeTarget, decode, markov
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, markov
 
 P = markov(16, seed=3, sharp=0.3)
 
@@ -17,8 +17,10 @@ def slow_draft_profile() -> Profile:
 
 
 def run(method, profile, drafter):
+    """The budget sees the profile's own times (ScriptedLearned): no clock decides a round."""
     cfg = GenConfig(method=method, max_new_tokens=40, multi_seq=False)
-    events = list(generate(FakeTarget(P), drafter, [1, 2], cfg, decode, profile))
+    events = list(generate(FakeTarget(P), drafter, [1, 2], cfg, decode, profile,
+                           learned=ScriptedLearned()))
     return [t for e in events for t in e.tokens], events[-1].stats
 
 
@@ -40,13 +42,13 @@ def test_budget_drafts_again_when_the_draft_turns_out_fast():
 
 def test_duo_with_a_slow_draft_decodes_plainly_and_keeps_the_output():
     expected, _ = run("vanilla", None, None)
-    drafter = FakeDrafter(P, delay=0.02)
+    drafter = FakeDrafter(P)
     got, stats = run("duo", slow_draft_profile(), drafter)
     assert got == expected
     assert stats["plain_rounds"] >= 30
     assert stats["gamma_profile"]["reason"].startswith("plain decoding")
     assert len(drafter.calls) <= 40 // PROBE_EVERY + 3  # only the probes drafted
-    got, stats = run("sps", slow_draft_profile(), FakeDrafter(P, delay=0.02))
+    got, stats = run("sps", slow_draft_profile(), FakeDrafter(P))
     assert got == expected and stats["plain_rounds"] >= 30
 
 
@@ -65,9 +67,13 @@ class ThreadedDraft(FakeDrafter):
 
 
 def test_draft_threads_are_picked_by_measurement(tmp_path, monkeypatch):
+    import models.profiler as profiler
     from models.profiler import fastest_threads, pick_draft_threads
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
+    monkeypatch.setattr(profiler, "draft_once",  # injected times: the draft's own table
+                        lambda drafter, ctx, n: drafter.TIMES[drafter.threads] * n)
     drafter = ThreadedDraft(markov(1000, seed=4))
     times = pick_draft_threads("fake-pair", drafter, 7)
     assert sorted(times) == [1, 2, 4, 7] and drafter.threads == 1  # its own count restored

@@ -108,13 +108,25 @@ def test_target_quant_choices_and_refusals(smol_pair, monkeypatch):
         pick_quant_kind(model_dir, "cpu", "float32", 4096, "none")
 
 
-def test_auto_on_the_cpu_takes_the_fastest_measured(smol_pair, monkeypatch, tmp_path):
+def test_auto_on_the_cpu_keeps_the_model_s_precision_when_it_fits(smol_pair, monkeypatch,
+                                                                   tmp_path):
+    """Never a lossy precision for speed: an old cache saying int8 timed faster (under load)
+    changes nothing; int8 comes only when the memory forces it."""
+    import json
+
+    import models.memory as memory
     import models.target_choice as choice
+    from models.profiler import machine_key
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
-    timed = iter([[0.05, 0.09], [0.03, 0.05]])  # none, then int8
-    monkeypatch.setattr(choice, "_timed", lambda make: next(timed))
+    old = {f"v3|{machine_key()}|quant|{smol_pair.target_dir.name}|float32|none-int8|gNone":
+           {"none": [0.064, 0.074], "int8": [0.0357, 0.098]}}
+    (tmp_path / "target_paths.json").write_text(json.dumps(old))
     kind, reason = choice.pick_quant_kind(smol_pair.target_dir, "cpu", "float32", 4096)
-    assert kind == "int8" and "measured fastest" in reason
-    kind, _ = choice.pick_quant_kind(smol_pair.target_dir, "cpu", "float32", 4096)
-    assert kind == "int8"  # cached: the iterator is spent, nothing was timed again
+    assert kind == "none" and reason.startswith("picked fp32")
+    need = memory.device_budget("cpu", "float32").needed(
+        memory.model_dims(json.loads((smol_pair.target_dir / "config.json").read_text())),
+        "none", 4096)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: (need - 1, "a small RAM"))
+    kind, reason = choice.pick_quant_kind(smol_pair.target_dir, "cpu", "float32", 4096)
+    assert kind == "int8" and "fp32 needs" in reason

@@ -24,6 +24,8 @@ def fake_targets(monkeypatch, tmp_path):
     monkeypatch.setattr(eager, "TorchTarget", type("TorchTarget", (Fake,), {}))
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(choice, "triton_missing", lambda: None)
+    import models.profiler as profiler
+    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
     return built
 
 
@@ -111,3 +113,29 @@ def test_default_window_is_the_trained_capped_at_8192_and_by_memory(monkeypatch,
     assert choice.pick_ctx(tmp_path, "cuda:0", "bfloat16", 100_000) == (100_000, "as asked")
     monkeypatch.setattr(memory, "device_memory", lambda device: (None, None, device))
     assert choice.pick_ctx(tmp_path, "mps", "bfloat16")[0] == 8192
+
+
+def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets, monkeypatch,
+                                                                     tmp_path):
+    """A seeded cache: eager 'won' while the machine was busy (load 0.6)."""
+    import json
+
+    import models.profiler as profiler
+
+    key = f"v4|{profiler.machine_key()}|compile|m|float32|ctx4096"
+    busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}
+    (tmp_path / "target_paths.json").write_text(json.dumps({key: busy}))
+    timed = []
+    monkeypatch.setattr(choice, "compare_paths", lambda *a: timed.append(a) or
+                        {"eager": [0.057, 0.080], "compiled": [0.054, 0.068]})
+    now = [0.5]
+    monkeypatch.setattr(profiler, "machine_load", lambda seconds=0.25: now[0])
+    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    assert fake_targets[-1][0] == "TorchTarget" and not timed  # still busy: the verdict stays
+    now[0] = 0.05
+    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    assert fake_targets[-1][0] == "StaticTarget" and len(timed) == 1  # quiet: timed again
+    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    assert len(timed) == 1
+    choice.load_target("m", "cpu", "float32", 4096, "auto", remeasure=True)
+    assert len(timed) == 2

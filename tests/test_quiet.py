@@ -1,0 +1,24 @@
+"""A quiet start: loading the real smol-self pair and generating print nothing of the
+libraries' own on stderr (llama.cpp's log lines, transformers' progress bars); those lines go
+to logging at debug level, and the draft's window stays within its trained window."""
+from __future__ import annotations
+
+import logging
+
+from core.engine import GenConfig
+
+NOISE = ("llama_", "n_ctx", "Loading weights", "ggml", "%|")
+
+
+def test_a_quiet_start_within_the_draft_s_trained_window(pair_with, capfd, caplog):
+    caplog.set_level(logging.DEBUG, logger="duo.llama")
+    pair = pair_with()
+    ids = pair.prompt_ids("Hello")
+    for method in ("vanilla", "duo"):
+        list(pair.generate(ids, GenConfig(method=method, max_new_tokens=4, gamma=2)))
+    err = capfd.readouterr().err
+    assert not [n for n in NOISE if n in err], err
+    assert any(r.name == "duo.llama" for r in caplog.records)  # routed, not lost
+    trained = pair.drafter.model.n_ctx_train()
+    assert pair.target.n_ctx == trained  # smol-self: both trained at 8192
+    assert pair.drafter.n_ctx == trained  # asked for the target's window + 64
