@@ -2,7 +2,8 @@
 DIR/figure1.png and prints a markdown table.
 
 Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
-duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), the rejection sampler
+duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no
+pre-drafting of rejection outcomes), the rejection sampler
 (sps-rejection, duo-rejection; the others use --sampler), and peers on the same target:
 hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
 lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone).
@@ -29,7 +30,8 @@ from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
-            "sps-rejection": {"method": "sps", "sampler": "rejection"}}
+            "sps-rejection": {"method": "sps", "sampler": "rejection"},
+            "duo-nopredraft": {"predraft": False}}
 
 
 def parse(argv=None):
