@@ -140,7 +140,7 @@ class Telemetry:
             steps, k = budget.profile.draft_step_s, proposal.n_seqs
             n = len(proposal.main) * step_ratio(steps, k)
             if proposal.predrafts:  # their steps ran in the same batches
-                depth = 1 + max(map(len, proposal.predrafts.values()))
+                depth = max(map(len, proposal.predrafts.values()))
                 n += depth * (step_ratio(steps, k + len(proposal.predrafts)) - step_ratio(steps, k))
         budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
                        draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
