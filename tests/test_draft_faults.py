@@ -35,7 +35,7 @@ class FaultyDrafter(FakeDrafter):
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
 
-    def propose(self, context, n, sampling, draws, stop=None, branching=None):
+    def propose(self, context, n, sampling, draws, stop=None, branching=None, predraft=None):
         call = len(self.calls) + 1
         if branching is not None:
             self.alphas.append(branching.alpha)
@@ -44,7 +44,7 @@ class FaultyDrafter(FakeDrafter):
             raise RuntimeError("draft boom")
         if call == self.hang_at:
             self.release.wait(30)
-        return super().propose(context, n, sampling, draws, stop, branching)
+        return super().propose(context, n, sampling, draws, stop, branching, predraft)
 
     def rollback(self, n_keep):
         self.rollbacks.append(n_keep)
