@@ -12,6 +12,10 @@ from core.branching import FirstTokenOdds, step_ratio
 from core.budget import DraftBudget
 
 
+DEPTHS = (1, 2, 3, 4, 6, 8)  # pre-draft depths the policy prices
+MIN_P = 0.01  # outcomes less likely than this are never pre-drafted
+
+
 @dataclass
 class PredraftPolicy:
     step_s: dict = field(default_factory=dict)  # k -> time of one batched k-sequence step
@@ -45,10 +49,13 @@ class PredraftPolicy:
             n, depth = self.forced
             return Plan([(j, a) for _, j, a in found[:n]], min(depth, room), len(draft))
         best, choice, hit = budget.expected_rate(budget.gamma) * (1 + self.margin), None, 0.0
+        depths = [d for d in DEPTHS if d <= min(self.max_depth, room)]
         for n, (p, _, _) in enumerate(found, 1):
+            if p < MIN_P:  # the plan is on the critical path: unlikely outcomes are not priced
+                break
             hit += p
             extra = (step_ratio(self.step_s, seqs + n) - step_ratio(self.step_s, seqs))
-            for depth in range(1, min(self.max_depth, room) + 1):
+            for depth in depths:
                 rate = budget.predraft_rate(budget.gamma, hit, depth,
                                             depth * extra * budget.draft_s(1))
                 if rate > best:
