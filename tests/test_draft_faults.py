@@ -44,7 +44,7 @@ class FaultyDrafter(FakeDrafter):
             raise RuntimeError("draft boom")
         if call == self.hang_at:
             self.release.wait(30)
-        return super().propose(context, n, sampling, draws, stop, branching, predraft)
+        return super().propose(context, n, sampling, draws, stop, branching, predraft=predraft)
 
     def rollback(self, n_keep):
         self.rollbacks.append(n_keep)
