@@ -36,19 +36,21 @@ def timeline(stats: dict | None) -> Figure:
     for r in shown:
         d0, d1 = (1000 * x for x in r["draft_span"])
         v0, v1 = (1000 * x for x in r["verify_span"])
-        if d1 > d0:
+        if d1 > d0:  # hatched: rejection outcomes were pre-drafted in the same batches
             ax.broken_barh([(d0, d1 - d0)], (1.1, 0.8), facecolors=DRAFT, edgecolors="white",
-                           linewidth=0.4)
+                           linewidth=0.4, hatch="//" if r.get("predrafted") else None)
         ax.broken_barh([(v0, v1 - v0)], (0.1, 0.8), facecolors=TARGET, edgecolors="white",
                        linewidth=0.4)
         if len(shown) <= 40 and r["drafted"]:
-            ax.text((v0 + v1) / 2, 0.5, f"{r['accepted']}/{r['drafted']}", ha="center",
+            hit = "+" if r.get("predraft_hit") else ""
+            ax.text((v0 + v1) / 2, 0.5, f"{r['accepted']}/{r['drafted']}{hit}", ha="center",
                     va="center", fontsize=7)
     ax.set_yticks([0.5, 1.5], ["target\nverify", "draft"])
     ax.set_xlabel("ms since the request")
     more = f" (first {MAX_ROUNDS} of {len(rounds)})" if len(rounds) > MAX_ROUNDS else ""
     ax.set_title(f"{stats.get('method')}: draft vs target work per round{more}; "
-                 f"labels: accepted/drafted", fontsize=9)
+                 f"labels: accepted/drafted (+: the rejection's pre-draft was ready; hatched: "
+                 f"pre-drafting)", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     return fig
 

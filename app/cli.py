@@ -94,6 +94,9 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seqs", type=int, default=4, help="duo: most draft sequences per round")
     p.add_argument("--theta-scale", type=number, default=1.0, help="duo: theta multiplier")
     p.add_argument("--static-k", type=int, default=None, help="duo: always K sequences")
+    p.add_argument("--predraft", choices=("on", "off"), default="on",
+                   help="duo: pre-draft likely rejection outcomes while the target verifies "
+                        "(on: the cost model decides each round; off: none)")
 
 
 def parse_gamma(value: str) -> int | None:
@@ -113,7 +116,8 @@ def gen_config(args, method: str) -> GenConfig:
                     seed=args.seed, sampler=args.sampler, gamma=parse_gamma(args.gamma),
                     stop_strings=tuple(args.stop), sequential=args.sequential,
                     multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
-                    theta_scale=args.theta_scale, static_k=args.static_k)
+                    theta_scale=args.theta_scale, static_k=args.static_k,
+                    predraft=args.predraft == "on")
     cfg.validate()
     return cfg
 

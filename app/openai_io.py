@@ -169,8 +169,9 @@ class ResponseFormat(Strict):
 
 class Knobs(Strict):
     """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma,
-    multi_seq, theta_scale, cache_prompt) and llama-server's n_predict. Unknown fields are
-    ignored, as OpenAI-style servers do (those that change the output: see NOT_YET)."""
+    multi_seq, theta_scale, predraft, cache_prompt) and llama-server's n_predict. Unknown
+    fields are ignored, as OpenAI-style servers do (those that change the output: see
+    NOT_YET)."""
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -187,6 +188,7 @@ class Knobs(Strict):
     gamma: int | None = Field(None, ge=1, le=64)
     multi_seq: bool = True
     theta_scale: float = Field(1.0, gt=0, le=100)
+    predraft: bool = True  # duo: pre-draft likely rejection outcomes (the cost model decides)
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
@@ -232,7 +234,7 @@ class Knobs(Strict):
         return GenConfig(method=self.method, max_new_tokens=max_new_tokens, sampling=sampling,
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
-                         cache_prompt=self.cache_prompt,
+                         predraft=self.predraft, cache_prompt=self.cache_prompt,
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,

@@ -95,6 +95,7 @@ def _controls(app) -> dict:
         c["multi_seq"] = gr.Checkbox(value=True, label="multi-sequence drafting (duo)")
         c["max_seqs"] = gr.Slider(1, 8, value=4, step=1, label="max sequences")
         c["theta_scale"] = gr.Slider(0.1, 4, value=1.0, step=0.1, label="threshold scale")
+        c["predraft"] = gr.Checkbox(value=True, label="pre-draft rejection outcomes (duo)")
         c["remeasure"] = gr.Button("Measure this machine again", size="sm", elem_id="remeasure")
     return c
 
@@ -109,7 +110,8 @@ def _chat_pair(name: str) -> bool:
 def _wire(app, demo: gr.Blocks, ui: dict) -> None:
     c = ui["controls"]
     settings = [c[k] for k in ("method", "max_new", "temperature", "top_p", "top_k", "seed",
-                               "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale")]
+                               "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale",
+                               "predraft")]
     model = [c["pair"], c["raw"], c["system"], *settings]
     inputs, outputs = [ui["prompt"], ui["chatbot"], *model], [ui[k] for k in OUTPUTS]
     engine = dict(concurrency_limit=1, concurrency_id=ENGINE, show_progress="minimal")

@@ -29,6 +29,7 @@ class Settings:
     multi_seq: bool = True
     max_seqs: int = 4
     theta_scale: float = 1.0
+    predraft: bool = True
 
     def gen_config(self, method: str | None = None) -> GenConfig:
         for name in ("temperature", "top_p", "theta_scale"):  # the engine's checks let NaN by
@@ -43,7 +44,7 @@ class Settings:
                         sampling=sampling, seed=secrets.randbelow(2**32) if seed < 0 else seed,
                         gamma=int(self.gamma) if self.gamma_mode == "fixed" else None,
                         multi_seq=bool(self.multi_seq), max_seqs=int(self.max_seqs),
-                        theta_scale=float(self.theta_scale))
+                        theta_scale=float(self.theta_scale), predraft=bool(self.predraft))
         cfg.validate()
         return cfg
 

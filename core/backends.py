@@ -19,13 +19,33 @@ class Draft:
     verifier reads."""
     tokens: list[int] = field(default_factory=list)
     q_draft: np.ndarray | None = None  # (len(tokens), target vocab); None when greedy
+    # per token, the draft's top candidates there (target ids, probabilities, best first):
+    # where the draft was unsure, for pre-drafting (filled when a drafter is asked to)
+    ranked: list[tuple[list[int], list[float]]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def tail(self, start: int) -> "Draft":
         q = None if self.q_draft is None else self.q_draft[start:]
-        return Draft(self.tokens[start:], q)
+        ranked = None if self.ranked is None else self.ranked[start:]
+        return Draft(self.tokens[start:], q, ranked)
+
+
+@dataclass
+class Plan:
+    """Rejection outcomes to pre-draft while the target verifies the last `pending` tokens of
+    the context: (j, a) means draft tokens 0..j-1 pass and the target puts `a` in place of
+    token j; each gets `depth` draft tokens after `a`. Empty: drafting as before."""
+    outcomes: list[tuple[int, int]] = field(default_factory=list)
+    depth: int = 0
+    pending: int = 0
+
+    def __len__(self) -> int:
+        return len(self.outcomes) if self.depth else 0
+
+    def covers(self, accepted: int, token: int) -> bool:
+        return bool(self) and (accepted, token) in self.outcomes
 
 
 @dataclass
@@ -38,6 +58,7 @@ class Proposal:
     first_ranking: list[int] = field(default_factory=list)  # draft's top first tokens
     first_top_p: float = 0.0  # the draft's probability of its top first token
     sync_s: float = 0.0  # time catching up with the context (prefill, rollback)
+    predrafts: dict[tuple[int, int], Draft] = field(default_factory=dict)  # Plan's outcomes
 
     @property
     def n_seqs(self) -> int:
@@ -49,6 +70,11 @@ class Proposal:
             if d.tokens[:1] == [first]:
                 return d
         return None
+
+    def predraft_for(self, accepted: int, token: int) -> Draft | None:
+        """The draft to verify next when `accepted` tokens passed and the target put `token`
+        in place of the next one (pre-drafted from there), if any."""
+        return self.predrafts.get((accepted, token)) or None
 
     def rank_of(self, token: int) -> int:
         """1-based rank of `token` among the draft's first-position candidates; 0 if absent."""
@@ -113,12 +139,15 @@ class Drafter(Protocol):
 
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
-                branching: Branching | None = None, adjust: Adjuster | None = None) -> Proposal:
+                branching: Branching | None = None, adjust: Adjuster | None = None,
+                predraft: Plan | None = None) -> Proposal:
         """Roll back to the longest common prefix with `context`, then draft up to n tokens;
         draws.draw(q, len(context) + i) picks draft token i when sampling. With `branching`,
         extra sequences may start from other first tokens (Proposal.alternatives). `adjust`
         (this thread's own): each step's logits adjusted for its prefix, before the sampling
-        transform (drafters in target ids; a translating vocabulary may ignore it)."""
+        transform (drafters in target ids; a translating vocabulary may ignore it). With
+        `predraft` (even empty), drafts carry `ranked`; its outcomes are drafted in the same
+        batch (Proposal.predrafts), and are finished even when `stop` cuts the main chunk."""
 
     def rollback(self, n_keep: int) -> None: ...
 

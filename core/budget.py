@@ -75,14 +75,34 @@ class DraftBudget:
         tokens = pi_full * tokens_full + (1 - pi_full)
         return tokens / (pi_full * t_full + (1 - pi_full) * t_empty)
 
-    def empty_chunk(self, gamma: int | None = None) -> int:
-        """Chunk to draft while the target verifies no draft (after a rejection): what fits
-        in its one-token forward, so that round does not wait for a full chunk."""
+    def predraft_rate(self, gamma: int, hit: float, depth: int, extra_s: float,
+                      alpha: float | None = None) -> float:
+        """expected_rate (duo) when a round ends with probability `hit` in a rejection whose
+        next draft (`depth` tokens) was pre-drafted during the verify, for `extra_s` more draft
+        time a round: a chain of full, pre-drafted and empty rounds (hit 0: expected_rate)."""
+        a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
+        fitted = self.draft_s(self.empty_chunk(gamma, depth)) + extra_s
+        times = (max(self.verify_s(gamma + 1), self.draft_s(gamma + 1) + extra_s),
+                 max(self.verify_s(depth + 1), fitted),
+                 max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma))))
+        tokens = ((1 - a ** (gamma + 1)) / (1 - a), (1 - a ** (depth + 1)) / (1 - a), 1.0)
+        rows = []
+        for stay in (a ** (gamma + 1), a ** (depth + 1)):  # full, pre-drafted: -> full, pre, empty
+            h = min(hit, 1 - stay)
+            rows.append((stay, h, 1 - stay - h))
+        pi = _stationary3(rows + [(a, 0.0, 1 - a)])
+        return (sum(p * n for p, n in zip(pi, tokens)) /
+                sum(p * t for p, t in zip(pi, times)))
+
+    def empty_chunk(self, gamma: int | None = None, pending: int = 0) -> int:
+        """Chunk to draft while the target verifies no draft (after a rejection), or a short
+        pre-drafted one of `pending` tokens: what fits in its forward, so that round does not
+        wait for a full chunk."""
         gamma = self.gamma if gamma is None else gamma
         if self.fixed:  # a fixed gamma fixes every chunk: the profile's times, not today's
-            fits = int(self.profile.verify(1) / max(self.profile.draft_token_s, 1e-9))
+            fits = int(self.profile.verify(pending + 1) / max(self.profile.draft_token_s, 1e-9))
         else:
-            fits = int(self.verify_s(1) / max(self.draft_s(1), 1e-9))
+            fits = int(self.verify_s(pending + 1) / max(self.draft_s(1), 1e-9))
         return max(2, min(gamma + 1, fits))
 
     def balanced_gamma(self) -> int:
@@ -156,3 +176,13 @@ class DraftBudget:
                 f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),
                 "draft_scale": round(self.draft_scale, 3),
                 "verify_scale": round(self.verify_scale, 3), "profile": self.profile.to_dict()}
+
+
+def _stationary3(t) -> tuple[float, float, float]:
+    """Stationary distribution of a three-state chain (t[i][j]: P(i -> j)), by the Markov
+    chain tree theorem: each state's weight sums its spanning trees' edges into it."""
+    w = (t[1][0] * t[2][0] + t[1][2] * t[2][0] + t[2][1] * t[1][0],
+         t[0][1] * t[2][1] + t[0][2] * t[2][1] + t[2][0] * t[0][1],
+         t[0][2] * t[1][2] + t[0][1] * t[1][2] + t[1][0] * t[0][2])
+    total = sum(w)
+    return tuple(x / total for x in w)

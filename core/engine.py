@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 
 from core.align import common_prefix
-from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
+from core.backends import Draft, Drafter, Plan, SampleCheck, Target, TargetOutOfMemory
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.constraints import Grammar, Penalties, adjuster, check_adjustments
@@ -18,6 +18,7 @@ from core.logprobs import emitted
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
+from core.predraft import PredraftPolicy
 from core.sampling import SAMPLERS, Noise, SamplingConfig, check_finite
 from core.scheduler import Drafted, DraftWorker
 from core.telemetry import Telemetry
@@ -40,6 +41,7 @@ class GenConfig:
     max_seqs: int = 4
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
+    predraft: bool = True  # duo only: pre-draft likely rejection outcomes (core/predraft.py)
     prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
     cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
     draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
@@ -260,14 +262,17 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
 def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     """While the target verifies `draft`, the worker drafts the next chunk from
     ctx + draft: its first token guesses the target's own next token. When every draft token
-    passes and the guess matches, the rest of the chunk is the next round's draft; otherwise
-    the chunk is dropped and the next round verifies no draft (one target token) while the
-    worker drafts afresh from the verified context."""
+    passes and the guess matches, the rest of the chunk is the next round's draft. The worker
+    also pre-drafts from ctx + draft[:j] + a for likely rejections at j by the target's `a`
+    (the policy prices them): when the verdict is one of them, its pre-draft is the next
+    draft; otherwise the chunk is dropped and the next round verifies no draft (one target
+    token) while the worker drafts afresh from the verified context."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
     branching, telemetry = _branch_policy(run, budget), run.telemetry
-    draft = Draft()
+    predraft = _predraft_policy(run, budget)
+    draft, short = Draft(), False
     try:
         if run.cfg.prefill_threads:  # cores are shared: the prefills first, with all of them
             ev = _prefill_alone(run, budget)
@@ -285,21 +290,34 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 if ev.done:
                     return
                 continue
-            size = budget.gamma + 1 if draft else budget.empty_chunk()
+            # gamma + 1 after a full draft; after none or a pre-draft, what fits in its verify
+            size = budget.gamma + 1 if draft and not short else budget.empty_chunk(
+                pending=len(draft))
+            plan = _plan(run, predraft, budget, draft, branching)
             job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)),
-                                branching=branching)
+                                branching=branching, predraft=plan)
             verdict, vspan = run.verify(draft)
             ev = run.commit(draft, verdict)
-            chunk = None if ev.done or not verdict.bonus(len(draft)) else job.result()
+            n, passed, short = len(draft), verdict.bonus(len(draft)), False
+            rejected = not (passed or ev.done)
+            pre = rejected and plan is not None and plan.covers(verdict.accepted, verdict.token)
+            if pre:  # only the pre-draft is wanted: the main chunk stops
+                job.cancel()
+            chunk = job.result() if pre or (passed and not ev.done) else None
             if chunk is None or worker.failed:
                 job.cancel()
-                telemetry.chunk_dropped(budget, start, vspan, len(draft), verdict, job)
+                telemetry.chunk_dropped(budget, start, vspan, n, verdict, job)
                 draft = Draft()
-            else:
+            elif passed:
                 branch = chunk.proposal.branch_for(verdict.token)
-                telemetry.chunk_used(budget, start, vspan, len(draft), verdict, chunk,
+                telemetry.chunk_used(budget, start, vspan, n, verdict, chunk,
                                      hit=branch is not None)
                 draft = branch.tail(1) if branch else Draft()
+            else:
+                draft = chunk.proposal.predraft_for(verdict.accepted, verdict.token) or Draft()
+                short = True
+                telemetry.predraft_used(budget, start, vspan, n, verdict, chunk)
+            telemetry.predrafted(plan, rejected, rejected and bool(draft), vspan)
             yield ev
             if ev.done:
                 return
@@ -320,6 +338,22 @@ def _branch_policy(run: Run, budget: DraftBudget) -> BranchPolicy | None:
         return None
     return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
                         budget.profile.draft_step_s, alpha=budget.alpha, odds=run.odds)
+
+
+def _predraft_policy(run: Run, budget: DraftBudget) -> PredraftPolicy | None:
+    if not run.cfg.predraft:
+        return None
+    return PredraftPolicy(budget.profile.draft_step_s, run.odds)
+
+
+def _plan(run: Run, policy: PredraftPolicy | None, budget: DraftBudget, draft: Draft,
+          branching: BranchPolicy | None) -> Plan | None:
+    """What to pre-draft during this verify; None: pre-drafting is off (drafts carry no
+    ranks)."""
+    if policy is None:
+        return None
+    seqs = (branching.static_k or 1) if branching is not None else 1
+    return policy.plan(draft, budget, run.draft_room(policy.max_depth, len(draft)), seqs)
 
 
 @contextmanager

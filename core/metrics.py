@@ -14,11 +14,14 @@ class RoundRecord:
     drafted: int
     accepted: int
     seqs: int = 1
+    predrafted: int = 0  # rejection outcomes pre-drafted during this round's verify
+    predraft_hit: bool = False  # it ended in a rejection whose next draft was ready
 
     def to_dict(self) -> dict:
         return {"start": self.start, "end": self.end, "draft_span": list(self.draft_span),
                 "verify_span": list(self.verify_span), "drafted": self.drafted,
-                "accepted": self.accepted, "seqs": self.seqs}
+                "accepted": self.accepted, "seqs": self.seqs, "predrafted": self.predrafted,
+                "predraft_hit": self.predraft_hit}
 
 
 @dataclass
@@ -45,6 +48,11 @@ class GenerationStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV the target kept from the last generation
     warnings: list[str] = field(default_factory=list)  # e.g. the draft failed: target alone
+    predraft_rounds: int = 0  # duo rounds that pre-drafted rejection outcomes
+    predraft_outcomes: int = 0  # outcomes pre-drafted, all rounds
+    rejections: int = 0  # duo rounds that ended in a rejection (more text to come)
+    predraft_hits: int = 0  # of those, rounds whose next draft was pre-drafted (no plain step)
+    rejection_idle_s: float = 0.0  # target idle between a rejection and the next verify
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1
@@ -99,6 +107,9 @@ class GenerationStats:
             rounds_log=[r.to_dict() for r in self.rounds_log],
             gammas_used={str(k): v for k, v in sorted(self.gammas_used.items())},
             seq_hist={str(k): v for k, v in sorted(self.seq_hist.items())},
+            predraft_per_round=(self.predraft_outcomes / self.predraft_rounds
+                                if self.predraft_rounds else 0.0),
+            predraft_hit_rate=self.predraft_hits / self.rejections if self.rejections else 0.0,
         )
         return d
 

@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from core.backends import Branching, Drafter, Proposal
+from core.backends import Branching, Drafter, Plan, Proposal
 from core.sampling import SamplingConfig, draft_draws
 
 GIL_SWITCH_S = 0.0005
@@ -97,8 +97,8 @@ class DraftWorker:
     def failed(self) -> bool:
         return bool(self.warnings)
 
-    def submit(self, context: list[int], n: int,
-               branching: Branching | None = None) -> DraftJob:
+    def submit(self, context: list[int], n: int, branching: Branching | None = None,
+               predraft: Plan | None = None) -> DraftJob:
         """Draft up to n tokens after `context` (copied now; the caller may change its list).
         `sequential`: wait for the answer here (the same rounds without overlap)."""
         stop = threading.Event()
@@ -106,7 +106,7 @@ class DraftWorker:
             fut: Future = Future()
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
-        fut = self._pool.submit(self._run, list(context), n, stop, branching)
+        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft)
         job = DraftJob(fut, stop, self, self._timeout(context))
         if self.sequential:
             job.result()
@@ -121,12 +121,12 @@ class DraftWorker:
             return Drafted.nothing()
         stop, timeout = threading.Event(), self._timeout(context)
         if timeout is None:
-            return self._run(list(context), n, stop, branching)
+            return self._run(list(context), n, stop, branching, None)
         if self._watchdog is None:
             self._watchdog = Watchdog()
         fired = self._watchdog.arm(timeout, stop)
         try:
-            drafted = self._run(list(context), n, stop, branching)
+            drafted = self._run(list(context), n, stop, branching, None)
         finally:
             self._watchdog.disarm()
         if fired.is_set() and not self.failed:
@@ -138,11 +138,12 @@ class DraftWorker:
     def _timeout(self, context: list[int]) -> float | None:
         return None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
 
-    def _run(self, context, n, stop, branching) -> Drafted:
+    def _run(self, context, n, stop, branching, predraft) -> Drafted:
         t0 = time.perf_counter()
         try:
+            extra = {"predraft": predraft} if predraft is not None else {}
             proposal = self.drafter.propose(context, n, self.sampling, self.draws, stop,
-                                            branching=branching, **self.adjust)
+                                            branching=branching, **self.adjust, **extra)
         except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone
             self._fail(f"the draft failed ({type(e).__name__}: {e}); the target went on alone")
             return Drafted.nothing()

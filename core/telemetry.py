@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from core.backends import Proposal
+from core.backends import Plan, Proposal
 from core.branching import FirstTokenOdds, step_ratio
 from core.budget import DraftBudget
 from core.metrics import GenerationStats, RoundRecord
@@ -20,11 +20,16 @@ class Telemetry:
         self.stats, self.t0, self.odds = stats, t0, odds
         self.last_scored = 0  # tokens in the last target forward
         self._dropped: list[tuple[RoundRecord, DraftJob]] = []
+        self._rejected_at: float | None = None  # when the last rejected round's verify ended
 
     # -- every method ----------------------------------------------------------------------
     def verified(self, n_scored: int, busy_s: float) -> None:
         self.last_scored = n_scored
         self.stats.target_busy_s += busy_s
+        if self._rejected_at is not None:  # the target's wait after a rejection
+            began = time.perf_counter() - busy_s
+            self.stats.rejection_idle_s += max(0.0, began - self._rejected_at)
+            self._rejected_at = None
 
     def emitted(self, tokens: list[int]) -> None:
         if not self.stats.ttft_s and tokens:
@@ -62,6 +67,28 @@ class Telemetry:
         rec = self.round(start, (start, start), vspan, drafted, verdict.accepted)
         self._dropped.append((rec, job))
         self.observe(budget, rec, drafted, verdict.accepted, None)
+
+    def predraft_used(self, budget: DraftBudget, start: float, vspan, drafted: int,
+                      verdict: Verdict, chunk: Drafted) -> None:
+        """duo: a rejection the worker had pre-drafted for; the main chunk was stopped, so
+        the round is no sample of draft time."""
+        proposal, timing = chunk
+        self.stats.draft_busy_s += timing.busy_s
+        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
+        rec.seqs = proposal.n_seqs + len(proposal.predrafts)
+        self.observe(budget, rec, drafted, verdict.accepted, None)
+
+    def predrafted(self, plan: Plan | None, rejected: bool, hit: bool, vspan) -> None:
+        """duo: what this round pre-drafted, and whether a rejection found its draft ready."""
+        s = self.stats
+        s.predraft_rounds += bool(plan)
+        s.predraft_outcomes += len(plan or ())
+        if s.rounds_log:
+            s.rounds_log[-1].predrafted, s.rounds_log[-1].predraft_hit = len(plan or ()), hit
+        if rejected:
+            s.rejections += 1
+            s.predraft_hits += hit
+            self._rejected_at = vspan[1]
 
     def plain_round(self, budget: DraftBudget, start: float, vspan) -> None:
         """One target token, no draft (the budget fell back to plain decoding)."""
@@ -110,7 +137,11 @@ class Telemetry:
         proposal, timing = chunk if chunk else (None, None)
         n = 0
         if proposal is not None and len(proposal.main):
-            n = len(proposal.main) * step_ratio(budget.profile.draft_step_s, proposal.n_seqs)
+            steps, k = budget.profile.draft_step_s, proposal.n_seqs
+            n = len(proposal.main) * step_ratio(steps, k)
+            if proposal.predrafts:  # their steps ran in the same batches
+                depth = max(map(len, proposal.predrafts.values()))
+                n += depth * (step_ratio(steps, k + len(proposal.predrafts)) - step_ratio(steps, k))
         budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
                        draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
                        verify_n=scored)

@@ -11,7 +11,7 @@ from llama_cpp import _internals as internals
 from llama_cpp import llama_cpp as C
 
 from core.align import common_prefix
-from core.backends import Branching, Draft, Draws, Proposal
+from core.backends import Branching, Draft, Draws, Plan, Proposal
 from core.branching import softmax, top_ids, top_prob
 from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
@@ -46,20 +46,22 @@ class LlamaDrafter:
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
-        self.branches: dict[int, list[int]] = {}  # seq id -> its draft ids after branch_base
-        self.branch_base = 0
+        self.branches: dict[int, list[int]] = {}  # seq id -> its draft ids after its base
+        self.branch_base: dict[int, int] = {}  # seq id -> the prefix it shares with seq 0
         self.vocab = None  # set by the loader (core/align.py: IdentityVocab or MappedVocab)
 
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
-                stop: threading.Event | None = None,
-                branching: Branching | None = None, adjust: Adjuster | None = None) -> Proposal:
+                stop: threading.Event | None = None, branching: Branching | None = None,
+                adjust: Adjuster | None = None, predraft: Plan | None = None) -> Proposal:
         """`adjust` applies to the draft's rows only when its ids are the target's: with
         another tokenizer the draft proposes unadjusted and the target's mask decides."""
         self.vocab.settle(context)  # stats: how much of the last proposal this context kept
         ids = self.vocab.to_draft(context)
         if len(ids) >= self.n_ctx - 1:  # the draft's window is full: the target goes on alone
             return Proposal()
+        if not self.vocab.same:  # draft and target positions differ: no pre-drafts
+            predraft = None
         mask = self.vocab.draft_mask(sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()
@@ -68,33 +70,38 @@ class LlamaDrafter:
 
         adjust = adjust if self.vocab.same else None
 
-        def adjusted(row, drafted):  # None: the grammar refuses this prefix
+        def adjusted(row, drafted, base=None):  # None: the grammar refuses this prefix
             if adjust is None:
                 return row
-            step = adjust.row(context + drafted)
+            step = adjust.row((context if base is None else base) + drafted)
             return None if step is None else apply_row(row, step)
 
-        def pick(row, drafted):
-            row = adjusted(row, drafted)
+        def pick(row, drafted, base=None):  # base: a pre-draft's context, else `context`
+            row = adjusted(row, drafted, base)
             if row is None:
                 return None, None
-            return self._choose(row, mask, sampling, draws, len(context) + len(drafted))
-        if branching is None or n < 2:
+            at = len(context if base is None else base) + len(drafted)
+            return self._choose(row, mask, sampling, draws, at)
+        if (branching is None and predraft is None) or n < 2:
             seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
             self._extend(logits, n, pick, stop, seqs[0], rows[0])
+            ranks, pre = {}, {}
         else:
-            seqs, rows, ranking, p_top = self._branched(logits, n, pick, stop, branching, mask,
-                                                        adjusted)
+            seqs, rows, ranks, ranking, p_top, pre = self._branched(
+                logits, n, pick, stop, branching, mask, adjusted, predraft, context)
         greedy = sampling.greedy
-        main = self._draft(seqs[0], rows[0], greedy, after=context)
-        others = [self._draft(t, r, greedy) for t, r in zip(seqs[1:], rows[1:])]
+        main = self._draft(seqs[0], rows[0], greedy, after=context, ranked=ranks.get(0))
+        others = [self._draft(seqs[s], rows[s], greedy) for s in range(1, len(seqs)) if
+                  s not in pre]
         first = [self.vocab.to_target([t], greedy)[0] for t in ranking]
-        return Proposal(main, others, first, p_top, sync_s)
+        drafts = {o: self._draft(seqs[s], rows[s], greedy, ranked=ranks.get(s))
+                  for s, o in pre.items()}
+        return Proposal(main, others, first, p_top, sync_s, predrafts=drafts)
 
-    def _draft(self, toks: list[int], rows: list, greedy: bool,
-               after: list[int] | None = None) -> Draft:
+    def _draft(self, toks: list[int], rows: list, greedy: bool, after: list[int] | None = None,
+               ranked: list | None = None) -> Draft:
         q = None if greedy or not rows else self.vocab.q_to_target(np.stack(rows))
-        return Draft(self.vocab.to_target(toks, greedy, after), q)
+        return Draft(self.vocab.to_target(toks, greedy, after), q, ranked)
 
     def _extend(self, logits, n, pick, stop, out, rows) -> None:
         """Draft sequence 0 up to n tokens, one decode per token (the last one undecoded)."""
@@ -109,55 +116,83 @@ class LlamaDrafter:
             if i + 1 < n:
                 logits = self._decode_batch([(tok, 0)])[0]
 
-    def _branched(self, logits, n, pick, stop, branching, mask, adjusted):
-        """Dynamic multi-sequence drafting: decide the sequences from theta, then draft them
-        all with one batched decode per step (sequence ids share the prefix's KV cache)."""
+    def _branched(self, logits, n, pick, stop, branching, mask, adjusted, predraft, context):
+        """Dynamic multi-sequence drafting and pre-drafting: decide the sequences, then draft
+        them all with one batched decode per step (sequence ids share a prefix's KV cache).
+        Pre-drafts (sequences 1..p) start from `a` in place of pending draft token j; the
+        first tokens of the extra sequences come after them."""
         first, q0 = pick(logits, [])
         if first is None:
-            return [[]], [[]], [], 0.0
+            return [[]], [[]], {}, [], 0.0, {}
         p_first = q0 if q0 is not None else _masked_softmax(adjusted(logits, []), mask)
         ranking = [t for t in top_ids(p_first) if p_first[t] > 0]
-        logits2 = self._decode_batch([(first, 0)])[0]
-        extra = branching.extra_firsts(p_first, top_prob(logits2), first, n, ranked=ranking)
-        steps = branching.steps(n, 1 + len(extra))
-        seqs, rows = [[first]] + [[c] for c in extra], [[q0]] + [[q0] for _ in extra]
-        self._fork(len(extra))
-        ready = {0: logits2}
-        todo = [(c, j) for j, c in enumerate(extra, 1)] if steps > 1 else []
+        pre, bases = self._fork_predrafts(predraft, context)
+        rows0 = self._decode_batch([(first, 0)] + [(a, s) for s, (_, a) in pre.items()])
+        extra = [] if branching is None else branching.extra_firsts(
+            p_first, top_prob(rows0[0]), first, n, ranked=ranking)
+        extra = extra[:self.max_seqs - 1 - len(pre)]
+        steps = n if branching is None else branching.steps(n, 1 + len(extra))
+        seqs, rows = [[first]] + [[] for _ in pre] + [[c] for c in extra], [[q0]]
+        rows += [[] for _ in pre] + [[q0] for _ in extra]
+        ranks = {0: [_ranks(p_first)]} if predraft is not None else {}
+        ranks.update({s: [] for s in pre})
+        limit = [steps] + [predraft.depth for _ in pre] + [steps for _ in extra]
+        self._fork(len(extra), 1 + len(pre))
+        ready = dict(enumerate(rows0))
+        todo = [(c, s) for s, c in enumerate(extra, 1 + len(pre))] if steps > 1 else []
         while todo or ready:
             for s, row in ready.items():
-                if len(seqs[s]) < steps and not (stop is not None and stop.is_set()):
-                    tok, q = pick(row, seqs[s])
+                if len(seqs[s]) < limit[s] and (s in pre or not (stop and stop.is_set())):
+                    tok, q = pick(row, seqs[s], bases.get(s))
                     if tok is None:
                         continue
+                    if s in ranks:  # greedy: the adjusted row's ranks
+                        p = q if q is not None else _masked_softmax(
+                            adjusted(row, seqs[s], bases.get(s)), mask)
+                        ranks[s].append(_ranks(p))
                     seqs[s].append(tok)
                     rows[s].append(q)
-                    if len(seqs[s]) < steps:
+                    if len(seqs[s]) < limit[s]:
                         todo.append((tok, s))
             ready = dict(zip([s for _, s in todo], self._decode_batch(todo))) if todo else {}
             todo = []
-        return seqs, rows, ranking, float(p_first[ranking[0]])
+        return seqs, rows, ranks, ranking, float(p_first[ranking[0]]), pre
 
-    def _fork(self, n_extra: int) -> None:
-        """Sequences 1..n_extra share the prefix (all but seq 0's first draft token)."""
+    def _fork_predrafts(self, predraft: Plan | None, context: list[int]) -> tuple[dict, dict]:
+        """Sequences 1..p for the plan's outcomes, each sharing seq 0's prefix before the
+        pending token it replaces (same tokenizer: draft and target positions agree):
+        {seq: (j, a)}, and {seq: the target context its draft follows}."""
+        self.branch_base, self.branches = {}, {}
+        if not predraft:
+            return {}, {}
+        pre, bases = {}, {}
+        for s, (j, a) in enumerate(predraft.outcomes[:self.max_seqs - 1], 1):
+            cut = len(context) - predraft.pending + j
+            C.llama_memory_seq_cp(self.ctx.memory, 0, s, 0, cut)
+            self.branch_base[s], self.branches[s] = cut, []
+            pre[s], bases[s] = (j, a), context[:cut] + [a]
+        return pre, bases
+
+    def _fork(self, n_extra: int, first: int = 1) -> None:
+        """Sequences first..first+n_extra-1 share the prefix (all but seq 0's first draft
+        token)."""
         base = len(self.tokens) - 1
-        self.branch_base, self.branches = base, {}
-        for j in range(1, n_extra + 1):
+        for j in range(first, first + n_extra):
             C.llama_memory_seq_cp(self.ctx.memory, 0, j, 0, base)
-            self.branches[j] = []
+            self.branch_base[j], self.branches[j] = base, []
 
     def _settle_branches(self, ids: list[int]) -> None:
         """Drop every branch but sequence 0; when another branch matches the new context
-        better, sequence 0 is cut back to the fork and _sync re-evaluates the winner's tokens
-        in one batched decode (copying a branch's cells into sequence 0 with seq_cp gave
-        wrong logits afterwards in llama.cpp 0.3.36's unified cache)."""
-        base = self.branch_base
-        better = any(common_prefix(self.tokens[:base] + toks, ids) >
-                     common_prefix(self.tokens, ids) for toks in self.branches.values())
+        better, sequence 0 is cut back to that branch's fork and _sync re-evaluates the
+        winner's tokens in one batched decode (copying a branch's cells into sequence 0 with
+        seq_cp gave wrong logits afterwards in llama.cpp 0.3.36's unified cache)."""
+        have = common_prefix(self.tokens, ids)
+        better = [base for s, base in self.branch_base.items()
+                  if common_prefix(self.tokens[:base] + self.branches[s], ids) > have]
         C.llama_memory_seq_keep(self.ctx.memory, 0)
-        self.branches = {}
+        self.branches, self.branch_base = {}, {}
         if better:
-            self.rollback(base)
+            self.rollback(min(better))
 
     def rollback(self, n_keep: int) -> None:
         if n_keep < len(self.tokens):
@@ -219,7 +254,7 @@ class LlamaDrafter:
     def _next_pos(self, seq: int) -> int:
         if seq == 0:
             return len(self.tokens)
-        return self.branch_base + len(self.branches[seq])
+        return self.branch_base[seq] + len(self.branches[seq])
 
     def _run(self) -> None:
         rc = C.llama_decode(self.ctx.ctx, self.batch)
@@ -251,6 +286,14 @@ def _masked_softmax(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     if mask is not None:
         logits = np.where(mask, logits, -np.inf)
     return softmax(logits)
+
+
+def _ranks(p: np.ndarray, k: int = 4) -> tuple[list[int], list[float]]:
+    """The k most likely ids of a probability row and their probabilities (for pre-drafting);
+    a cut at 1/1000 of the top keeps the sort small."""
+    near = np.flatnonzero(p >= p.max() * 1e-3)
+    top = near[np.argsort(-p[near], kind="stable")[:k]] if len(near) <= 4096 else top_ids(p, k)
+    return [int(t) for t in top], [float(p[t]) for t in top]
 
 
 def extra_buffers_safe() -> bool:

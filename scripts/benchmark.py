@@ -2,7 +2,8 @@
 DIR/figure1.png and prints a markdown table.
 
 Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
-duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), the rejection sampler
+duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no
+pre-drafting of rejection outcomes), the rejection sampler
 (sps-rejection, duo-rejection; the others use --sampler), and peers on the same target:
 hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
 lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone).
@@ -29,7 +30,8 @@ from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
-            "sps-rejection": {"method": "sps", "sampler": "rejection"}}
+            "sps-rejection": {"method": "sps", "sampler": "rejection"},
+            "duo-nopredraft": {"predraft": False}}
 
 
 def parse(argv=None):
@@ -160,7 +162,8 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
            "draft_busy_s": sum(r.get("draft_busy_s", 0.0) for r in runs),
            "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
            "gammas_used": _merge(r.get("gammas_used", {}) for r in runs),
-           "seq_hist": _merge(r.get("seq_hist", {}) for r in runs)}
+           "seq_hist": _merge(r.get("seq_hist", {}) for r in runs),
+           **_predraft(runs)}
     if any("stop_and_valid" in r for r in runs):
         out["stop_and_valid_json"] = sum(r.get("stop_and_valid", False) for r in runs)
     if base:
@@ -173,6 +176,17 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
         out["identical_to_vanilla"] = sum(r["token_ids"] == v["token_ids"]
                                           for r, v in zip(runs, base))
     return out
+
+
+def _predraft(runs: list[dict]) -> dict:
+    """Pre-drafting (duo): outcomes per pre-drafting round, and the share of rejections whose
+    next draft was ready (each one a plain step removed)."""
+    total = {k: sum(r.get(k, 0) for r in runs) for k in (
+        "predraft_rounds", "predraft_outcomes", "rejections", "predraft_hits",
+        "rejection_idle_s")}
+    return {**total, "predraft_per_round": _ratio(total["predraft_outcomes"],
+                                                  total["predraft_rounds"]),
+            "predraft_hit_rate": _ratio(total["predraft_hits"], total["rejections"])}
 
 
 def _ratio(a: float, b: float) -> float:

@@ -74,11 +74,27 @@ class FakeDrafter(Threads):
         self.tokens: list[int] = []
         self.calls: list[tuple[int, int]] = []
         self.branch_counts: list[int] = []
+        self.plans: list = []  # the non-empty pre-draft plans it was given
+        self.ranks = False
 
     def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None,
-                adjust=None):
+                adjust=None, predraft=None):
         self.calls.append((len(context), n))
         self.adjust = adjust
+        self.ranks = predraft is not None  # drafts carry the draft's top candidates
+        out = self._branches(context, n, sampling, draws, stop, branching)
+        if predraft:
+            self.plans.append(predraft)
+            keep = self.tokens
+            for j, a in predraft.outcomes:  # a stop does not cut them; batched: no delay
+                cut = len(context) - predraft.pending + j
+                d = self._sequence(list(context[:cut]), [a], predraft.depth + 1, sampling,
+                                   draws, None, delay=0.0)
+                out.predrafts[(j, a)] = d.tail(1)
+            self.tokens = keep
+        return out
+
+    def _branches(self, context, n, sampling, draws, stop, branching) -> Proposal:
         main = self._sequence(list(context), [], n, sampling, draws, stop)
         if branching is None or n < 2 or not main.tokens:
             return Proposal(main)
@@ -102,13 +118,20 @@ class FakeDrafter(Threads):
             logits = apply_row(logits, self.adjust.row(tokens))
         return logits_to_probs(logits, sampling)
 
-    def _sequence(self, context, forced, n, sampling, draws, stop) -> Draft:
-        tokens, out, rows = context, [], []
+    def _ranked(self, tokens, sampling) -> tuple[list[int], list[float]]:
+        """The draft's top 4 candidates after `tokens` (greedy: by its untransformed rows)."""
+        p = self._q(tokens, SamplingConfig(1.0) if sampling.greedy else sampling)
+        top = [int(t) for t in np.argsort(-p, kind="stable")[:4] if p[t] > 0]
+        return top, [float(p[t]) for t in top]
+
+    def _sequence(self, context, forced, n, sampling, draws, stop, delay=None) -> Draft:
+        tokens, out, rows, ranked = context, [], [], []
+        delay = self.delay if delay is None else delay
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
-            if self.delay:
-                time.sleep(self.delay)
+            if delay:
+                time.sleep(delay)
             q = self._q(tokens, sampling)
             tok = forced[i] if i < len(forced) else (self.script(tokens) if self.script else None)
             if tok is None and sampling.greedy:
@@ -117,9 +140,12 @@ class FakeDrafter(Threads):
                 tok = draws.draw(q, len(context) + i)
             out.append(tok)
             rows.append(q)
+            if self.ranks:
+                ranked.append(self._ranked(tokens, sampling))
             tokens = tokens + [tok]
         self.tokens = tokens
-        return Draft(out, None if sampling.greedy or not rows else np.stack(rows))
+        return Draft(out, None if sampling.greedy or not rows else np.stack(rows),
+                     ranked if self.ranks else None)
 
     def rollback(self, n_keep):
         del self.tokens[n_keep:]

@@ -36,7 +36,7 @@ class FaultyDrafter(FakeDrafter):
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
 
-    def propose(self, context, n, sampling, draws, stop=None, branching=None):
+    def propose(self, context, n, sampling, draws, stop=None, branching=None, predraft=None):
         call = len(self.calls) + 1
         if branching is not None:
             self.alphas.append(branching.alpha)
@@ -48,7 +48,7 @@ class FaultyDrafter(FakeDrafter):
             while not self.release.wait(0.01) and time.monotonic() < end:
                 if self.stoppable and stop.is_set():
                     break
-        return super().propose(context, n, sampling, draws, stop, branching)
+        return super().propose(context, n, sampling, draws, stop, branching, predraft=predraft)
 
     def rollback(self, n_keep):
         self.rollbacks.append(n_keep)

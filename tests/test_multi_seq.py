@@ -6,8 +6,11 @@ import pytest
 from llama_cpp import llama_cpp as C
 
 from core import branching
+from core import engine
+from core.backends import Plan
 from core.branching import BranchPolicy, FirstTokenOdds
 from core.engine import GenConfig
+from core.predraft import PredraftPolicy
 from core.sampling import PositionRng, SamplingConfig
 from tests.test_real_lossless import PROMPTS, run
 
@@ -71,3 +74,42 @@ def test_stats_report_sequences_per_round(smol_pair, oracle):
     assert set(stats["seq_hist"]) <= {"1", "2"} and stats["seq_hist"].get("1", 0) <= 1
     assert sum(sum(r.values()) for r in stats["seq_confusion"].values()) == stats["seq_hist"]["2"]
     assert stats["gamma_profile"]["profile"]["draft_step_s"]
+
+
+def test_predrafts_are_what_a_fresh_draft_would_say(smol_pair):
+    """Pre-drafts (issue 23) batched with the main chunk: each is the draft's own greedy
+    continuation from the context with token j replaced by `a`, and its KV is kept right."""
+    d = smol_pair.drafter
+    ids = smol_pair.prompt_ids("Name three rivers in Europe.")
+    pending = d.propose(ids, 4, GREEDY, RNG, predraft=Plan()).main
+    assert len(pending.ranked) == len(pending) and pending.ranked[0][0][0] == pending.tokens[0]
+    outcomes = [(0, pending.ranked[0][0][1]), (2, pending.ranked[2][0][1])]
+    plan = Plan(outcomes, 3, len(pending))
+    chunk = d.propose(ids + pending.tokens, 6, GREEDY, RNG,
+                      branching=BranchPolicy(max_seqs=2, static_k=2), predraft=plan)
+    assert set(chunk.predrafts) == set(outcomes) and chunk.n_seqs == 2
+    for j, a in outcomes:
+        got = chunk.predrafts[(j, a)]
+        assert len(got) == 3 and len(got.ranked) == 3
+        d.rollback(0)
+        fresh = d.propose(ids + pending.tokens[:j] + [a], 3, GREEDY, RNG).main
+        assert got.tokens == fresh.tokens, (j, a)
+    j, a = outcomes[1]
+    chunk = d.propose(ids + pending.tokens, 6, GREEDY, RNG, predraft=plan)
+    nxt = d.propose(ids + pending.tokens[:j] + [a] + chunk.predrafts[(j, a)].tokens, 4,
+                    GREEDY, RNG).main  # the pre-draft won: sequence 0 takes its tokens
+    d.rollback(0)
+    assert nxt.tokens == d.propose(ids + pending.tokens[:j] + [a] +
+                                   chunk.predrafts[(j, a)].tokens, 4, GREEDY, RNG).main.tokens
+
+
+@pytest.mark.parametrize("options", [{}, {"static_k": 2}], ids=["dynamic", "static-2"])
+def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, monkeypatch):
+    monkeypatch.setattr(engine, "_predraft_policy", lambda run, budget: PredraftPolicy(
+        forced=(3, 3)))
+    hits = 0
+    for prompt, (ids, expected) in oracle.items():
+        got, stats = run(smol_pair, ids, method="duo", **options)
+        assert got == expected, f"{options} differs on {prompt!r}"
+        hits += stats["predraft_hits"]
+    assert hits > 0

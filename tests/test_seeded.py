@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from core.backends import SampleCheck
+from core import engine
 from core.engine import GenConfig, generate
+from core.predraft import PredraftPolicy
 from core.sampling import Noise, SamplingConfig, draft_draws, logits_to_probs
 from core.verify import reference_scores
 from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
@@ -21,7 +23,8 @@ RUNS = {"sps-g2": dict(method="sps", gamma=2), "sps-g5": dict(method="sps", gamm
         "duo-g1": dict(method="duo", gamma=1), "duo-g3-seq": dict(method="duo", gamma=3,
                                                                   sequential=True),
         "duo-auto": dict(method="duo"), "duo-k3": dict(method="duo", gamma=4, static_k=3),
-        "duo-dynamic": dict(method="duo", gamma=3, theta_scale=0.05)}
+        "duo-dynamic": dict(method="duo", gamma=3, theta_scale=0.05),
+        "duo-nopredraft": dict(method="duo", gamma=3, predraft=False)}
 
 
 def texts(sampling, sampler="coupled", target=None, drafter=None, **kw) -> list[list[int]]:
@@ -49,6 +52,17 @@ def test_seeded_text_does_not_depend_on_the_draft():
     sampling = SamplingConfig(1.0)
     want = texts(sampling, method="vanilla")
     assert texts(sampling, method="duo", gamma=3, drafter=FakeDrafter(P_TARGET)) == want
+
+
+@pytest.mark.parametrize("options", [dict(gamma=3), dict(gamma=4, static_k=2, sequential=True),
+                                     dict()], ids=["g3", "k2-seq", "auto"])
+def test_seeded_text_with_forced_predrafts_is_vanillas(monkeypatch, options):
+    """Pre-drafts of rejection outcomes (core/predraft.py), three outcomes three deep every
+    round: drawn with the same noise at their own positions, the text stays vanilla's."""
+    monkeypatch.setattr(engine, "_predraft_policy",
+                        lambda run, budget: PredraftPolicy(forced=(3, 3)))
+    sampling = SamplingConfig(0.8, top_k=4)
+    assert texts(sampling, method="duo", **options) == texts(sampling, method="vanilla")
 
 
 def test_the_rejection_sampler_depends_on_the_drafts():
