@@ -187,5 +187,5 @@ class DraftNoise:
         x *= np.uint32(0x846CA68B)
         x ^= x >> 16
         v = ((~x).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -32)  # 1 - u
-        with np.errstate(divide="ignore"):  # log1p keeps the small E = -log(u) exact enough
+        with np.errstate(divide="ignore", over="ignore"):  # log1p: small E = -log(u) stays exact
             return int(np.argmax(np.log1p(-v) / np.asarray(probs, dtype=np.float32)))
