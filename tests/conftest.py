@@ -29,14 +29,37 @@ def smol_pair():
     pair.close()
 
 
+_APP: dict = {}
+
+
 @pytest.fixture(scope="session")
 def app_process(tmp_path_factory):
     """One `python app/main.py` on a free port for the app and browser tests (each has its
-    own gradio session): (url, seconds until the page answered)."""
+    own gradio session): (url, seconds until the page answered). Stopped after the last test
+    that uses it (an idle app still takes a little CPU from the tests after it)."""
     from tests.test_app import running_app
 
-    with running_app(tmp_path_factory.mktemp("app") / "app.log") as started:
-        yield started
+    _APP["app"] = running_app(tmp_path_factory.mktemp("app") / "app.log")
+    yield _APP["app"].__enter__()
+    _stop_app()
+
+
+def _stop_app() -> None:
+    app = _APP.pop("app", None)
+    if app is not None:
+        app.__exit__(None, None, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    users = [item.nodeid for item in items if "app_process" in getattr(item, "fixturenames", ())]
+    _APP["last_user"] = users[-1] if users else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if item.nodeid == _APP.get("last_user"):
+        _stop_app()
 
 
 @pytest.fixture(scope="module")
