@@ -1,8 +1,10 @@
-"""Shared fixtures: the real smol-self pair (loaded once per session) and the repo root."""
+"""Shared fixtures: the real smol-self pair (loaded once per session), the target-only
+oracle's greedy ids (decoded once per pair and prompt) and the repo root."""
 from __future__ import annotations
 
 import os
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,39 @@ def smol_pair():
     pair.close()
 
 
+_APP: dict = {}
+
+
+@pytest.fixture(scope="session")
+def app_process(tmp_path_factory):
+    """One `python app/main.py` on a free port for the app and browser tests (each has its
+    own gradio session): (url, seconds until the page answered). Stopped after the last test
+    that uses it (an idle app still takes a little CPU from the tests after it)."""
+    from tests.test_app import running_app
+
+    _APP["app"] = running_app(tmp_path_factory.mktemp("app") / "app.log")
+    yield _APP["app"].__enter__()
+    _stop_app()
+
+
+def _stop_app() -> None:
+    app = _APP.pop("app", None)
+    if app is not None:
+        app.__exit__(None, None, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    users = [item.nodeid for item in items if "app_process" in getattr(item, "fixturenames", ())]
+    _APP["last_user"] = users[-1] if users else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if item.nodeid == _APP.get("last_user"):
+        _stop_app()
+
+
 @pytest.fixture(scope="module")
 def pair_with(smol_pair):
     """smol-self loaded with other LoadOptions; the budget reuses smol_pair's profile (the
@@ -49,3 +84,22 @@ def pair_with(smol_pair):
         yield load
     for pair in pairs:
         pair.close()
+
+
+_ORACLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def vanilla_ids(pair, ids: list[int], n: int) -> list[int]:
+    """The target-only decoder's greedy ids for `ids` (the oracle), at most `n` new tokens,
+    decoded once per pair and prompt: greedy vanilla makes one token a step, so a shorter
+    run is the prefix of a longer one, and a run that stopped early (eos) stops there at
+    any length."""
+    from core.engine import GenConfig
+
+    runs = _ORACLE.setdefault(pair, {})
+    tokens, asked = runs.get(tuple(ids), ([], 0))
+    if n > asked and len(tokens) == asked:
+        events = pair.generate(list(ids), GenConfig(method="vanilla", max_new_tokens=n))
+        tokens, asked = [t for e in events for t in e.tokens], n
+        runs[tuple(ids)] = (tokens, asked)
+    return tokens[:n]

@@ -71,13 +71,13 @@ def running_app(log_path: Path, timeout_s: float = 180.0):
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("app") / "app.log") as (url, up_s):
-        from gradio_client import Client
+def app(app_process):
+    from gradio_client import Client
 
-        client = Client(url, verbose=False)
-        first_status = client.predict(api_name="/status")[0]
-        yield {"url": url, "client": client, "up_s": up_s, "first_status": first_status}
+    url, up_s = app_process  # shared with tests/test_browser.py
+    client = Client(url, verbose=False)
+    first_status = client.predict(api_name="/status")[0]
+    return {"url": url, "client": client, "up_s": up_s, "first_status": first_status}
 
 
 def answer_of(result) -> tuple[str, dict, str]:

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import running_app
-
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; never a downloaded browser build
@@ -24,10 +22,11 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists() or shutil.which("chromium"
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def page(tmp_path_factory, app_process):
     playwright = pytest.importorskip("playwright.sync_api")
     tmp = tmp_path_factory.mktemp("browser")
-    with running_app(tmp / "app.log") as (url, _), playwright.sync_playwright() as p:
+    url = app_process[0]  # the app tests' process (tests/conftest.py)
+    with playwright.sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(tmp / "profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
             viewport={"width": 1400, "height": 1000})

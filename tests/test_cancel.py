@@ -20,7 +20,9 @@ def tokens(pair, ids, method, stop=None) -> list[int]:
 
 @pytest.fixture(scope="module")
 def fresh(smol_pair):
-    return [(ids, tokens(smol_pair, ids, "vanilla"))
+    from tests.conftest import vanilla_ids
+
+    return [(ids, vanilla_ids(smol_pair, ids, N))
             for ids in (smol_pair.prompt_ids(p) for p in PROMPTS)]
 
 

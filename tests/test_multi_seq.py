@@ -12,7 +12,8 @@ from core.branching import BranchPolicy, FirstTokenOdds
 from core.engine import GenConfig
 from core.predraft import PredraftPolicy
 from core.sampling import PositionRng, SamplingConfig
-from tests.test_real_lossless import PROMPTS, run
+from tests.conftest import vanilla_ids
+from tests.test_real_lossless import N, PROMPTS, run
 
 GREEDY = SamplingConfig()
 RNG = PositionRng(0, 1)
@@ -20,14 +21,14 @@ RNG = PositionRng(0, 1)
 
 @pytest.fixture(scope="module")
 def oracle(smol_pair):
-    out = {}
-    for p in PROMPTS + ["Continue the list: apples, pears,", "Rewrite formally: gonna be late lol"]:
-        ids = smol_pair.prompt_ids(p)
-        out[p] = (ids, run(smol_pair, ids, method="vanilla")[0])
-    return out
+    prompts = PROMPTS + ["Continue the list: apples, pears,", "Rewrite formally: gonna be late lol"]
+    ids = {p: smol_pair.prompt_ids(p) for p in prompts}
+    return {p: (ids[p], vanilla_ids(smol_pair, ids[p], N)) for p in prompts}
 
 
-# the branching cases fix gamma, so whether rounds draft never follows this machine's timings
+# the cases that must branch fix gamma: an auto gamma follows this machine's timings and,
+# when it falls to plain decoding or one token, leaves nothing to branch (the first case
+# keeps the budget's own gamma)
 @pytest.mark.parametrize("options", [{}, {"theta_scale": 0.05, "max_seqs": 4, "gamma": 5},
                                      {"static_k": 2, "gamma": 5}, {"static_k": 3, "gamma": 5}],
                          ids=["dynamic", "dynamic-low-theta", "static-2", "static-3"])
@@ -68,7 +69,7 @@ def test_branches_are_drafted_together_and_kept_right(smol_pair):
 
 def test_stats_report_sequences_per_round(smol_pair, oracle):
     ids, _ = oracle[PROMPTS[1]]
-    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5)
+    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5)  # gamma: see above
     # every chunk has 2 sequences, but the last one when the output's end cuts it to 1 token
     # (a chunk is sized so no round drafts past max_new_tokens)
     assert set(stats["seq_hist"]) <= {"1", "2"} and stats["seq_hist"].get("1", 0) <= 1

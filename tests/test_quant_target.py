@@ -13,6 +13,7 @@ from scipy.stats import chisquare
 
 from core.engine import GenConfig
 from core.sampling import SamplingConfig, logits_to_probs
+from tests.conftest import vanilla_ids
 
 PROMPTS = ["Why is the sky blue?", "Write a haiku about a cat sleeping in the sun.",
            "List three tips for staying focused while studying."]
@@ -40,7 +41,7 @@ def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
     assert int8_pair.target.quant == "int8"
     for prompt in PROMPTS:
         ids = int8_pair.prompt_ids(prompt)
-        expected, _ = run(int8_pair, ids, method="vanilla")
+        expected = vanilla_ids(int8_pair, ids, N)  # decoded once for the three cases
         got, stats = run(int8_pair, ids, method=method, **options)
         assert got == expected, f"{method} {options} on int8, {prompt!r}"
         assert stats["target_quant"] == "int8"
@@ -51,7 +52,7 @@ def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
     assert "weights int4" in int4_pair.describe()["target"]
     for prompt in PROMPTS:
         ids = int4_pair.prompt_ids(prompt)
-        expected, _ = run(int4_pair, ids, method="vanilla")
+        expected = vanilla_ids(int4_pair, ids, N)
         got, _ = run(int4_pair, ids, method=method)
         i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
         if i is None:

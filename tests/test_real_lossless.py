@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.engine import GenConfig
+from tests.conftest import vanilla_ids
 
 PROMPTS = [
     "Why is the sky blue?",
@@ -28,11 +29,8 @@ def run(pair, ids, **kw):
 
 @pytest.fixture(scope="module")
 def oracle(smol_pair):
-    out = {}
-    for p in PROMPTS:
-        ids = smol_pair.prompt_ids(p)
-        out[p] = (ids, run(smol_pair, ids, method="vanilla")[0])
-    return out
+    ids = {p: smol_pair.prompt_ids(p) for p in PROMPTS}
+    return {p: (ids[p], vanilla_ids(smol_pair, ids[p], N)) for p in PROMPTS}
 
 
 @pytest.mark.parametrize("method,gamma", [("sps", None), ("sps", 4), ("duo", None),

@@ -198,7 +198,9 @@ def run(pair, ids, **kw):
 @pytest.fixture(scope="module")
 def oracle(smol_pair):
     """The eager target's vanilla output for each prompt."""
-    return {p: run(smol_pair, smol_pair.prompt_ids(p), method="vanilla")[0] for p in PROMPTS}
+    from tests.conftest import vanilla_ids
+
+    return {p: vanilla_ids(smol_pair, smol_pair.prompt_ids(p), 40) for p in PROMPTS}
 
 
 @pytest.mark.parametrize("method,options", [("vanilla", {}), ("sps", {}), ("duo", {}),
