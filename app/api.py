@@ -97,7 +97,8 @@ class Api:
             cfgs = [req.gen_config(max_new, seed + i) for i in range(req.n)]
             for cfg in cfgs:
                 cfg.validate()
-            await run_in_threadpool(pair.check_format, cfgs[0].response_format)
+            if cfgs[0].response_format is not None:  # a bad schema: 400 before generating
+                await run_in_threadpool(pair.check_format, cfgs[0].response_format)
         except ValueError as e:
             raise ApiError(400, str(e), param=_param_of(e)) from None
         if not self.gate.enter():

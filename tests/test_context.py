@@ -28,9 +28,9 @@ def counting(monkeypatch, pair) -> dict:
     seen = {"target": [], "draft": 0}
     score, fill = pair.target.score, pair.drafter._fill
 
-    def target_score(tokens, n_rows, sampling):
+    def target_score(tokens, n_rows, sampling, *args, **kwargs):
         seen["target"].append(len(tokens))
-        return score(tokens, n_rows, sampling)
+        return score(tokens, n_rows, sampling, *args, **kwargs)
 
     def draft_fill(entries, last_only):
         seen["draft"] += len(entries) if last_only else 0

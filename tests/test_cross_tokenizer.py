@@ -90,7 +90,10 @@ def exact_joint(P: np.ndarray, sampling: SamplingConfig) -> dict:
 
 
 def sample_joint(method, sampling, gamma, drafter, n=None, **options) -> dict:
+    """Through the rejection sampler, whose tests read the translated q rows (the coupled one
+    keeps vanilla's text whatever the draft: test_coupled_text_through_a_translated_vocabulary)."""
     target, counts, n = FakeTarget(P_TARGET), {}, n or n_samples(method)
+    options.setdefault("sampler", "rejection")
     for seed in range(n):
         cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling, seed=seed,
                         gamma=gamma, multi_seq=False, **options)
@@ -121,6 +124,21 @@ def test_sampling_through_a_translated_vocabulary_is_lossless(method, gamma, sam
     assert_matches(counts, exact_joint(P_TARGET, sampling), n_samples(method))
     stats = vocab.stats()
     assert stats["proposals"] > n_samples(method) // 2 and stats["target_per_draft"] == 1.0
+
+
+def test_coupled_text_through_a_translated_vocabulary_is_vanillas():
+    """A seed gives vanilla's text whatever a drafter with other tokens proposed."""
+    sampling, target = SamplingConfig(1.0), FakeTarget(P_TARGET)
+    for seed in range(40):
+        texts = []
+        for method, drafter in (("vanilla", None),
+                                ("sps", TranslatingDrafter(Q_DRAFT, fake_vocab())),
+                                ("duo", TranslatingDrafter(Q_DRAFT, fake_vocab()))):
+            cfg = GenConfig(method=method, max_new_tokens=12, sampling=sampling, seed=seed,
+                            gamma=3, multi_seq=False)
+            texts.append([t for ev in generate(target, drafter, PROMPT, cfg, decode,
+                                               fake_profile()) for t in ev.tokens])
+        assert texts[0] == texts[1] == texts[2]
 
 
 def test_duo_sequential_sampling_is_lossless():
