@@ -141,7 +141,6 @@ def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]
 
 
 def _short(cfg):
-    from dataclasses import replace
     return replace(cfg, max_new_tokens=min(16, cfg.max_new_tokens))
 
 
