@@ -246,6 +246,7 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
 
 
 def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
+    gemma_pair.drafter.vocab.stats()  # counters from here on (earlier tests ran greedy)
     for prompt in PROMPTS[:4]:
         ids, _ = oracle[prompt]
         for method in ("sps", "duo"):
