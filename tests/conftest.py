@@ -1,4 +1,4 @@
-"""Shared fixtures: the real smol-self pair (loaded once per session), the target-only
+"""Shared fixtures: the real smol-self and gemma-smol pairs (loaded once per session), the
 oracle's greedy ids (decoded once per pair and prompt) and the repo root."""
 from __future__ import annotations
 
@@ -61,6 +61,17 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_teardown(item, nextitem):
     if item.nodeid == _APP.get("last_user"):
         _stop_app()
+
+
+@pytest.fixture(scope="session")
+def gemma_pair():
+    """gemma-smol (different tokenizers), the same reference path, loaded once per session."""
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                          target_quant="none"))
+    yield pair
+    pair.close()
 
 
 @pytest.fixture(scope="module")

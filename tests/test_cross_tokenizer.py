@@ -192,16 +192,6 @@ PROMPTS = [
 N = 32
 
 
-@pytest.fixture(scope="module")
-def gemma_pair():
-    from models.loader import LoadOptions, Pair
-
-    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
-                                          target_quant="none"))
-    yield pair
-    pair.close()
-
-
 def run(pair, ids, **kw):
     events = list(pair.generate(ids, GenConfig(max_new_tokens=N, **kw)))
     return [t for e in events for t in e.tokens], events[-1].stats

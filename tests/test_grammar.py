@@ -93,16 +93,6 @@ def test_a_bad_schema_is_refused(smol_pair):
         run(smol_pair, PROMPTS[0], n=4, method="duo", response_format=bad)
 
 
-@pytest.fixture(scope="module")
-def gemma_pair():
-    from models.loader import LoadOptions, Pair
-
-    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
-                                          target_quant="none"))
-    yield pair
-    pair.close()
-
-
 def test_different_tokenizers_mask_the_target_alone(gemma_pair):
     """gemma-smol: the draft proposes unadjusted (its ids are not the target's); greedy `sps`
     and `duo` still equal `vanilla` under a schema and biases."""
