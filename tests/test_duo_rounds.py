@@ -116,16 +116,21 @@ class Meeting:
         else:
             self.apart += 1
 
+    def inside(self, mine: threading.Event, other: threading.Event, call):
+        """`call()` with `mine` set for its duration, counted as met or apart."""
+        self.enter(mine, other)
+        try:
+            return call()
+        finally:
+            mine.clear()
+
     def target_side(self):
         meeting = self
 
         class Target(FakeTarget):
             def score(self, *a, **k):
-                meeting.enter(meeting.target, meeting.draft)
-                try:
-                    return super().score(*a, **k)
-                finally:
-                    meeting.target.clear()
+                return meeting.inside(meeting.target, meeting.draft,
+                                      lambda: super(Target, self).score(*a, **k))
         return Target(chain())
 
     def draft_side(self):
@@ -133,11 +138,8 @@ class Meeting:
 
         class Drafter(FakeDrafter):
             def propose(self, *a, **k):
-                meeting.enter(meeting.draft, meeting.target)
-                try:
-                    return super().propose(*a, **k)
-                finally:
-                    meeting.draft.clear()
+                return meeting.inside(meeting.draft, meeting.target,
+                                      lambda: super(Drafter, self).propose(*a, **k))
         return Drafter(chain())
 
 
