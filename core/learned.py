@@ -50,13 +50,15 @@ class Learned:
             return False
         return method not in self.held
 
-    def measured_again(self, method: str, old: Profile, new: Profile) -> None:
-        """After measuring again for a drift: a profile close to the old one means the drift
-        came from elsewhere (a long context): no more measuring until the scales come back."""
+    def measured_again(self, method: str, old: Profile, new: Profile) -> bool:
+        """After measuring again for a drift (a spot check or a whole profile): times close to
+        the old profile's mean the drift came from elsewhere (a long context): no more
+        measuring until the scales come back (True). Otherwise the scales start afresh."""
         if _close(old.draft_token_s, new.draft_token_s) and _close(old.verify(1), new.verify(1)):
             self.held.add(method)
-        else:  # the new profile starts afresh: its scales are learned again
-            self.budgets[method].update(draft_scale=1.0, verify_scale=1.0)
+            return True
+        self.budgets[method].update(draft_scale=1.0, verify_scale=1.0)
+        return False
 
 
 def _close(a: float, b: float) -> bool:

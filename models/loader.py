@@ -131,14 +131,18 @@ class Pair:
     def ensure_profile(self, method: str, remeasure: bool = False):
         """The budget profile for `method`'s thread split: cached, or measured when asked,
         at --remeasure, or when the last generation's times drifted WIDE off it."""
-        from models.profiler import load_or_measure
+        from models.profiler import load_or_measure, spot_check
 
         threads = self.apply_threads(method)
         drift = self.learned.drifted(method)  # online times far off the profile
-        again = remeasure or drift or (self.opts.remeasure and threads not in self._remeasured)
+        again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
+        if drift and not again:  # a second's spot check first: the whole profile takes many
+            old = self.learned.budgets[method]["profile"]
+            again = not self.learned.measured_again(method, old,
+                                                    spot_check(self.drafter, self.target))
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
                                        again, self._progress)
-        if drift:
+        if drift and again:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)

@@ -96,7 +96,9 @@ def measured(file: str, key: str, measure, remeasure: bool = False, progress=Non
     known = json.loads(path.read_text()) if path.exists() else {}  # another process may have written
     known[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(known, indent=1))
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # a reader never sees half a file
+    tmp.write_text(json.dumps(known, indent=1))
+    os.replace(tmp, path)
     return entry
 
 
@@ -174,6 +176,18 @@ def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS) -> Pro
     verify = [best[f"verify{n}"] for n in range(1, MAX_GAMMA + 1)]
     return Profile(draft_token_s=best["draft"], verify_s=verify, draft_step_s=steps,
                    device=target.device)
+
+
+def spot_check(drafter, target, context_len: int = 64) -> Profile:
+    """The draft's time per token and the target's one-token forward only (about a second,
+    against the full profile's many): enough to tell whether the machine changed."""
+    ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
+    target.rollback(0)
+    target.score(ctx, 1, GREEDY)
+    best = interleaved({"draft": lambda: draft_once(drafter, ctx, 16) / 16,
+                        "verify1": lambda: verify_once(target, ctx, 1)})
+    target.rollback(0)
+    return Profile(draft_token_s=best["draft"], verify_s=[best["verify1"]], device=target.device)
 
 
 def step_once(drafter, ctx: list[int], k: int, n: int = 12) -> float:

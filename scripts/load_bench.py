@@ -75,7 +75,7 @@ class Competitors:
     def wait_ready(self, timeout_s: float = 600) -> None:
         end = time.time() + timeout_s
         while any(log and len(_lines(log)) < 1 for log in self.logs):
-            if time.time() > end:
+            if time.time() > end or any(p.poll() is not None for p in self.procs):
                 raise RuntimeError("a competitor did not start generating")
             time.sleep(1)
 
@@ -94,6 +94,8 @@ class Competitors:
 
 
 def _lines(path: Path) -> list[dict]:
+    if not path.exists():  # the competitor is still loading
+        return []
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 

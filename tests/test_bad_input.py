@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -100,12 +99,12 @@ def cli_on_smol(smol_pair, monkeypatch):
     (PASTE_2M, [], "characters; the context window (8192 tokens) allows at most"),
     ("Say hi.", ["--max-new-tokens", "1000000000"], "exceed the context window of 8192"),
 ])
-def test_generate_too_long_for_the_window(capsys, tmp_path, cli_on_smol, text, args, needle):
+def test_generate_too_long_for_the_window(capsys, tmp_path, cli_on_smol, text, args, needle,
+                                         monkeypatch):
     path = tmp_path / "paste.txt"
     path.write_text(text, encoding="utf-8")
-    t0 = time.perf_counter()
+    monkeypatch.setattr(cli_on_smol, "generate", lambda *a, **k: pytest.fail("it generated"))
     assert needle in one_line_exit_2(capsys, gen_main(["--prompt-file", str(path)] + args))
-    assert time.perf_counter() - t0 < 20  # a refusal, not minutes of tokenizing
 
 
 def test_generate_as_a_process_fails_fast_on_one_line():
@@ -226,9 +225,7 @@ API_BAD = [  # (path, body, status, param or None, code or None)
 @pytest.mark.parametrize("path,body,status,param,code", API_BAD)
 def test_api_bad_input_is_4xx_and_the_next_request_works(served, path, body, status, param,
                                                          code):
-    t0 = time.perf_counter()
     r = served.post(path, body, timeout=60)
-    assert time.perf_counter() - t0 < 20  # a 2 MB paste is refused quickly
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
@@ -286,9 +283,7 @@ UI_BAD = [  # (message, pair, settings, what the status says)
 @pytest.mark.parametrize("message,pair,over,needle", UI_BAD)
 def test_chat_bad_input_leaves_the_chat_and_the_next_one_works(page, message, pair, over,
                                                                needle):
-    t0 = time.perf_counter()
     out = last(page.app.chat(REQUEST, message, page.history, pair, False, "", *knobs(**over)))
-    assert time.perf_counter() - t0 < 20
     assert needle in out["status"], out["status"]
     assert out.get("chatbot", page.history) == page.history
     if not needle.startswith("Type"):

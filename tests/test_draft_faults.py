@@ -33,6 +33,7 @@ class FaultyDrafter(FakeDrafter):
         super().__init__(chain(), **kw)
         self.fail_at, self.hang_at, self.stoppable = fail_at, hang_at, stoppable
         self.release = threading.Event()
+        self.hang_over = False  # the hung call has returned
         self.rollbacks: list[int] = []
         self.alphas: list[float] = []
 
@@ -48,6 +49,7 @@ class FaultyDrafter(FakeDrafter):
             while not self.release.wait(0.01) and time.monotonic() < end:
                 if self.stoppable and stop.is_set():
                     break
+            self.hang_over = True
         return super().propose(context, n, sampling, draws, stop, branching, predraft=predraft)
 
     def rollback(self, n_keep):
@@ -101,9 +103,8 @@ def test_a_target_error_is_not_masked_by_a_draft_error():
 def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, sequential):
     drafter, learned = FaultyDrafter(hang_at=2), Learned()
     kw = dict(gamma=3, sequential=sequential, draft_timeout_s=0.3)
-    t0 = time.perf_counter()
     got, last = run(method, drafter, learned, **kw)
-    assert got == VANILLA and time.perf_counter() - t0 < 5
+    assert got == VANILLA and not drafter.hang_over  # done while the draft still hangs
     assert any("no answer within 0.3" in w for w in last.stats["warnings"])
     got, last = run(method, drafter, learned, **kw)  # still hung: the target alone
     assert got == VANILLA and any("still busy" in w for w in last.stats["warnings"])

@@ -150,26 +150,28 @@ def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pai
 
 
 def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monkeypatch):
-    asked = []
-    profiles = iter([Profile(0.005, [0.02] * 32), Profile(0.010, [0.04] * 32)])
+    asked, spots = [], iter([Profile(0.0052, [0.021]), Profile(0.010, [0.04])])
 
     def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
         asked.append(remeasure)
-        return next(profiles) if remeasure else Profile(0.005, [0.02] * 32)
+        return Profile(0.010, [0.04] * 32) if remeasure else Profile(0.005, [0.02] * 32)
 
     monkeypatch.setattr(profiler, "load_or_measure", fake_load)
+    monkeypatch.setattr(profiler, "spot_check", lambda drafter, target: next(spots))
     monkeypatch.setattr(smol_pair, "learned", Learned())
     state = {"alpha": 0.8, "draft_scale": 1.0, "verify_scale": 2.6,
              "profile": Profile(0.005, [0.02] * 32), "since_probe": 0}
     smol_pair.learned.budgets["duo"] = dict(state)
-    smol_pair.ensure_profile("duo")  # drifted: measured again, the same profile: held
+    smol_pair.ensure_profile("duo")  # drifted: the spot check agrees with the profile: held
     smol_pair.ensure_profile("duo")
     smol_pair.learned.budgets["duo"] = dict(state, verify_scale=1.0)  # back: the hold ends
     smol_pair.ensure_profile("duo")
     smol_pair.learned.budgets["duo"] = dict(state, draft_scale=0.2)
-    smol_pair.ensure_profile("duo")  # drifted: a new profile; its scales start afresh
+    smol_pair.ensure_profile("duo")  # drifted, and the spot check disagrees: measured again
+    assert smol_pair.learned.budgets["duo"]["draft_scale"] == 1.0  # its scales start afresh
     smol_pair.ensure_profile("duo")
-    assert asked == [True, False, False, True, False]
+    assert asked == [False, False, False, True, False]
+    assert next(spots, None) is None  # one spot check per drift
 
 
 def test_the_page_s_button_times_threads_and_profiles_again(smol_pair, monkeypatch):
