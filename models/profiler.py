@@ -160,34 +160,29 @@ def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
     return min(n for n, s in times.items() if s <= best * (1 + tolerance))
 
 
-def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS) -> Profile:
-    """The draft's time per token and per batched step of k sequences and the target's
-    forward of 1..MAX_GAMMA tokens, interleaved round by round."""
+def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
+            verify_n: int = MAX_GAMMA, seqs: int = MAX_SEQS) -> Profile:
+    """The draft's time per token and per batched step of 2..seqs sequences and the target's
+    forward of 1..verify_n tokens, interleaved round by round."""
     ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
     probes = {"draft": lambda: draft_once(drafter, ctx, 16) / 16}
-    probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, MAX_SEQS + 1)}
+    probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}
     probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
-               for n in range(1, MAX_GAMMA + 1)}
+               for n in range(1, verify_n + 1)}
     target.rollback(0)
     target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
     best = interleaved(probes, rounds)
     target.rollback(0)
-    steps = {1: best["draft"]} | {k: best[k] for k in range(2, MAX_SEQS + 1)}
-    verify = [best[f"verify{n}"] for n in range(1, MAX_GAMMA + 1)]
+    steps = {1: best["draft"]} | {k: best[k] for k in range(2, seqs + 1)}
+    verify = [best[f"verify{n}"] for n in range(1, verify_n + 1)]
     return Profile(draft_token_s=best["draft"], verify_s=verify, draft_step_s=steps,
                    device=target.device)
 
 
-def spot_check(drafter, target, context_len: int = 64) -> Profile:
-    """The draft's time per token and the target's one-token forward only (about a second,
-    against the full profile's many): enough to tell whether the machine changed."""
-    ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
-    target.rollback(0)
-    target.score(ctx, 1, GREEDY)
-    best = interleaved({"draft": lambda: draft_once(drafter, ctx, 16) / 16,
-                        "verify1": lambda: verify_once(target, ctx, 1)})
-    target.rollback(0)
-    return Profile(draft_token_s=best["draft"], verify_s=[best["verify1"]], device=target.device)
+def spot_check(drafter, target) -> Profile:
+    """The draft's time per token and the target's one-token forward only (a few probes,
+    against the full profile's dozens): enough to tell whether the machine changed."""
+    return measure(drafter, target, verify_n=1, seqs=1)
 
 
 def step_once(drafter, ctx: list[int], k: int, n: int = 12) -> float:

@@ -18,14 +18,18 @@ os.environ.setdefault("DUO_TARGET_QUANT", "none")
 import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
 
 
-@pytest.fixture(scope="session")
-def smol_pair():
+def reference_pair(name: str):
+    """The eager, unquantized reference path, float32 on the CPU even where cuda is present:
+    the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda)."""
     from models.loader import LoadOptions, Pair
 
-    # the eager, unquantized reference path, float32 on the CPU even where cuda is present:
-    # the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda)
-    pair = Pair("smol-self", LoadOptions(device="cpu", dtype="float32", target_compile="off",
-                                         target_quant="none"))
+    return Pair(name, LoadOptions(device="cpu", dtype="float32", target_compile="off",
+                                  target_quant="none"))
+
+
+@pytest.fixture(scope="session")
+def smol_pair():
+    pair = reference_pair("smol-self")
     yield pair
     pair.close()
 
@@ -66,10 +70,7 @@ def pytest_runtest_teardown(item, nextitem):
 @pytest.fixture(scope="session")
 def gemma_pair():
     """gemma-smol (different tokenizers), the same reference path, loaded once per session."""
-    from models.loader import LoadOptions, Pair
-
-    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
-                                          target_quant="none"))
+    pair = reference_pair("gemma-smol")
     yield pair
     pair.close()
 

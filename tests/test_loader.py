@@ -174,6 +174,12 @@ def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monke
     assert next(spots, None) is None  # one spot check per drift
 
 
+def test_a_spot_check_times_the_draft_and_a_one_token_forward(smol_pair):
+    spot = profiler.spot_check(smol_pair.drafter, smol_pair.target)
+    assert spot.draft_token_s > 0 and len(spot.verify_s) == 1 and spot.verify(1) > 0
+    assert spot.draft_step_s == {1: spot.draft_token_s}
+
+
 def test_the_page_s_button_times_threads_and_profiles_again(smol_pair, monkeypatch):
     asked = []
     monkeypatch.setattr(profiler, "load_or_measure", lambda *a, **k: asked.append(a[4]) or
