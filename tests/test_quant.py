@@ -263,10 +263,12 @@ def test_second_start_loads_the_cached_quantized_target(smol, tmp_path, monkeypa
     said = []
     first = quant.load_or_quantize(folder, "int8", "cpu", torch.float32, progress=said.append)
     from torch._inductor import config as inductor
-    for name in ("force_fuse_int_mm_with_mul", "coordinate_descent_tuning"):  # a fresh process
-        monkeypatch.setattr(inductor, name, False)
-    second = quant.load_or_quantize(folder, "int8", "cpu", torch.float32, progress=said.append)
-    assert inductor.force_fuse_int_mm_with_mul and inductor.coordinate_descent_tuning  # torchao's settings
+    # a fresh process; torch's own patch (monkeypatch's undo deletes a config entry, which
+    # breaks every later compile in this process)
+    with inductor.patch(force_fuse_int_mm_with_mul=False, coordinate_descent_tuning=False):
+        second = quant.load_or_quantize(folder, "int8", "cpu", torch.float32,
+                                        progress=said.append)
+        assert inductor.force_fuse_int_mm_with_mul and inductor.coordinate_descent_tuning  # torchao's
     assert said[0].startswith("quantizing the target to int8") and said[-1].startswith("loaded the int8 target")
     assert quant.cache_dir(folder, "int8", "cpu", torch.float32).parent == tmp_path / "quantized"
     with torch.inference_mode():
