@@ -3,6 +3,7 @@ stop, clear, pair switch and the method comparison (the layout is in app/page.py
 engine's events and stats through ModelHost; never touches a model."""
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import tempfile
@@ -81,7 +82,12 @@ class App:
         self.host, self.default_pair = host, default_pair
         self.stops = Stops()
         self._fresh = itertools.count(1)  # regenerate with sampling: seed + 1, + 2, ...
-        self.export_dir = Path(tempfile.mkdtemp(prefix="duo-chat-"))
+
+    @functools.cached_property
+    def export_dir(self) -> Path:
+        """Made at the first export, removed with the app (gradio serves its own copies)."""
+        self._exports = tempfile.TemporaryDirectory(prefix="duo-chat-")
+        return Path(self._exports.name)
 
     # -- status ------------------------------------------------------------------------
     def status(self) -> str:

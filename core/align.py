@@ -11,6 +11,7 @@ import re
 import unicodedata
 from bisect import bisect_left
 from collections import OrderedDict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Protocol
@@ -53,6 +54,9 @@ class IdentityVocab:
     def stats(self) -> dict:
         return {"same_tokenizer": True, "draft_size": self.draft_size,
                 "target_size": self.target_size}
+
+    def uncounted(self):
+        return nullcontext()
 
 
 def _first(size: int, n: int) -> np.ndarray:
@@ -205,6 +209,16 @@ class MappedVocab:
         out = np.zeros(q.shape[:-1] + (self.target_size,), dtype=q.dtype)
         out[..., self._dst] = q[..., self._src]
         return out
+
+    @contextmanager
+    def uncounted(self):
+        """Translations inside (the profiler's probes) stay out of the counters, and the
+        pending proposal is the one before them: a generation's stats are its own."""
+        saved, self.counts = (self.counts, self._pending), _Counts()
+        try:
+            yield
+        finally:
+            self.counts, self._pending = saved
 
     def stats(self) -> dict:
         """Counters since the last call (one generation), with the vocabularies' overlap."""

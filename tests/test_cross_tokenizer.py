@@ -174,6 +174,21 @@ def test_fake_greedy_through_a_translated_vocabulary_is_identical(method, gamma)
     assert stats["proposals"] > 1 and stats["ctx_calls"] == stats["proposals"]
 
 
+def test_the_profiler_s_probes_stay_out_of_a_generation_s_counters():
+    """A drift check at a generation's start drafts through the vocabulary (greedy re-cuts,
+    random contexts): the generation's stats count its own proposals only."""
+    from models.profiler import draft_once, step_once
+
+    vocab = fake_vocab()
+    drafter = TranslatingDrafter(Q_DRAFT, vocab)
+    assert vocab.to_target([3, 1], after=[1, 2]) == [6, 1]  # the generation's proposal
+    draft_once(drafter, [1, 2, 4], 3)
+    step_once(drafter, [4, 3, 1], 2, n=2)
+    vocab.settle([1, 2, 6, 1])  # the next context kept the proposal, not a probe's
+    s = vocab.stats()
+    assert (s["proposals"], s["draft_in"], s["ctx_calls"], s["settled_target"]) == (1, 2, 0, 2)
+
+
 # -- the real pair: gemma-smol, greedy ------------------------------------------------------------
 PROMPTS = [
     "Why is the sky blue?",
@@ -189,7 +204,7 @@ PROMPTS = [
     "Solve for x: 3x + 7 = 22. Step 1:",
     "Context: Paris is the capital of France. Question: What is the capital of France? Answer:",
 ]
-N = 32
+N = 24
 
 
 def run(pair, ids, **kw):
@@ -243,7 +258,7 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
 
 def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
     gemma_pair.drafter.vocab.stats()  # counters from here on (earlier tests ran greedy)
-    for prompt in PROMPTS[:4]:
+    for prompt in PROMPTS[2:4]:  # accents, Chinese: cuts differ most
         ids, _ = oracle[prompt]
         for method in ("sps", "duo"):
             got, stats = run(gemma_pair, ids, method=method, sampling=SamplingConfig(0.8),

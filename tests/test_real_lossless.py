@@ -1,5 +1,5 @@
 """Greedy losslessness on the real smol-self pair: every method's token ids equal the
-target-only decoder's (the oracle), 10 varied prompts x 64 new tokens."""
+target-only decoder's (the oracle), 10 varied prompts x 48 new tokens."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +19,7 @@ PROMPTS = [
     "Tell me a very short story about a robot who learns to paint.",
     "Explain recursion to a ten-year-old.",
 ]
-N = 64
+N = 48
 
 
 def run(pair, ids, n=N, **kw):

@@ -9,6 +9,7 @@ import pytest
 from core.engine import GenConfig
 from models.target_torch import pick_dtype
 from scripts.benchmark import run_one
+from tests.conftest import vanilla_ids
 
 PROMPTS = ["Why is the sky blue?", "What is 17 times 23? Show the steps.",
            "Write a Python function that reverses a linked list.",
@@ -40,7 +41,7 @@ def tokens(pair, ids, method):
 def test_bfloat16_leaves_the_oracle_only_at_rounding_ties(bf16_pair, method):
     for prompt in PROMPTS:
         ids = bf16_pair.prompt_ids(prompt)
-        expected, _ = tokens(bf16_pair, ids, "vanilla")
+        expected = vanilla_ids(bf16_pair, ids, N)  # bfloat16's own oracle, once per prompt
         got, stats = tokens(bf16_pair, ids, method)
         assert stats["target_dtype"] == "bfloat16"
         i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
