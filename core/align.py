@@ -212,13 +212,16 @@ class MappedVocab:
 
     @contextmanager
     def uncounted(self):
-        """Translations inside (the profiler's probes) stay out of the counters, and the
-        pending proposal is the one before them: a generation's stats are its own."""
-        saved, self.counts = (self.counts, self._pending), _Counts()
+        """Translations inside (the profiler's probes) leave no trace: the counters, the
+        pending proposal and the last context's translation (the drafter's cache, which
+        `LlamaDrafter.preserved` puts back, follows it) are as before."""
+        saved = (self.counts, self._pending, self._ctx, self._cuts, self._dpos, self._draft)
+        self.counts, self._ctx, self._cuts, self._dpos, self._draft = _Counts(), [], [0], [0], []
         try:
             yield
         finally:
-            self.counts, self._pending = saved
+            (self.counts, self._pending, self._ctx, self._cuts, self._dpos,
+             self._draft) = saved
 
     def stats(self) -> dict:
         """Counters since the last call (one generation), with the vocabularies' overlap."""

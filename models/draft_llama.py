@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,32 @@ class LlamaDrafter:
         if n_keep < len(self.tokens):
             C.llama_memory_seq_rm(self.ctx.memory, -1, n_keep, -1)
             del self.tokens[n_keep:]
+
+    @contextmanager
+    def preserved(self):
+        """Sequence 0's cache as it was comes back after the block (a drift check between two
+        turns of a chat): its state is copied to host memory and set back; the block starts
+        from an empty cache. Branches are dropped."""
+        C.llama_memory_seq_keep(self.ctx.memory, 0)
+        self.branches, self.branch_base = {}, {}
+        tokens, state = list(self.tokens), self._state()
+        self.rollback(0)
+        try:
+            yield
+        finally:
+            C.llama_memory_clear(self.ctx.memory, True)
+            self.branches, self.branch_base, self.tokens = {}, {}, []
+            if state is not None and C.llama_state_seq_set_data(self.ctx.ctx, state,
+                                                                 len(state), 0) > 0:
+                self.tokens = tokens  # else: an empty cache, the next call fills it
+
+    def _state(self):
+        """Sequence 0's state as bytes in host memory (None when empty)."""
+        size = C.llama_state_seq_get_size(self.ctx.ctx, 0) if self.tokens else 0
+        if not size:
+            return None
+        state = (ctypes.c_uint8 * size)()
+        return state if C.llama_state_seq_get_data(self.ctx.ctx, state, size, 0) else None
 
     def set_threads(self, n: int) -> int:
         """Returns the previous count."""

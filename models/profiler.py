@@ -149,7 +149,8 @@ def _time_threads(drafter, candidates: list[int]) -> dict[str, float]:
         drafter.set_threads(n)
         return draft_once(drafter, ctx, 16) / 16
     try:
-        best = interleaved({n: (lambda n=n: probe(n)) for n in candidates})
+        with drafter.preserved():
+            best = interleaved({n: (lambda n=n: probe(n)) for n in candidates})
     finally:
         drafter.set_threads(prev)
     return {str(n): s for n, s in best.items()}
@@ -170,10 +171,9 @@ def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
     probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}
     probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
                for n in range(1, verify_n + 1)}
-    target.rollback(0)
-    target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
-    best = interleaved(probes, rounds)
-    target.rollback(0)
+    with drafter.preserved(), target.preserved(context_len + verify_n):  # a chat's caches
+        target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
+        best = interleaved(probes, rounds)
     steps = {1: best["draft"]} | {k: best[k] for k in range(2, seqs + 1)}
     verify = [best[f"verify{n}"] for n in range(1, verify_n + 1)]
     return Profile(draft_token_s=best["draft"], verify_s=verify, draft_step_s=steps,

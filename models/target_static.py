@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -66,6 +67,20 @@ class StaticTarget(TorchTarget):
 
     def rollback(self, n_keep: int) -> None:
         del self.cached_ids[max(0, n_keep):]  # positions past n_cached are overwritten later
+
+    @contextmanager
+    def preserved(self, extent: int):
+        """The cached positions the block may overwrite (below `extent`, a padded chunk
+        past it) are copied aside and written back after it."""
+        n, ids = min(self.n_cached, extent + self.buckets[-1]), list(self.cached_ids)
+        saved = [buf[:, :, :n].clone() for buf in self._kv]
+        self.cached_ids = []
+        try:
+            yield
+        finally:
+            for buf, part in zip(self._kv, saved):
+                buf[:, :, :n].copy_(part)
+            self.cached_ids = ids
 
     # -- the verbs --------------------------------------------------------------------------
     @torch.inference_mode()

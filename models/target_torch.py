@@ -4,6 +4,7 @@ prefix. models/target_static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -101,6 +102,18 @@ class TorchTarget:
         else:  # crop(0) too: it trims sliding-window layers back to their window
             self.cache.crop(-max(0, self.n_cached - n_keep))
         del self.cached_ids[n_keep:]
+
+    @contextmanager
+    def preserved(self, extent: int):
+        """The cache as it was comes back after the block (a drift check between two turns
+        of a chat keeps the chat's prompt cache); the block gets an empty one. `extent`: the
+        positions the block may write (the static target saves those)."""
+        saved = self.cache, self.cached_ids
+        self.cache, self.cached_ids = self._new_cache(), []
+        try:
+            yield
+        finally:
+            self.cache, self.cached_ids = saved
 
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)

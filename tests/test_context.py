@@ -42,8 +42,9 @@ def counting(monkeypatch, pair) -> dict:
 
 @pytest.mark.parametrize("method", ["vanilla", "duo"])
 def test_turn_two_prefills_only_its_new_tokens(smol_pair, monkeypatch, method):
-    # a drift check times the target from an empty cache (tests/test_loader.py); on a busy
-    # machine one may fall between the turns: none here
+    # a drift check's own forwards would be counted (on a busy machine one may fall between
+    # the turns): none here; that a check keeps both caches: tests/test_loader.py and
+    # tests/test_target_static.py
     monkeypatch.setattr(smol_pair.learned, "drifted", lambda method: False)
     ids1 = smol_pair.prompt_ids(TURN1)
     out1, _ = run(smol_pair, ids1, method=method, max_new_tokens=24)

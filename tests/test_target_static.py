@@ -57,6 +57,28 @@ def test_static_target_gives_the_eager_logits(smol_pair):
     static.close()
 
 
+@pytest.mark.parametrize("path", ["eager", "static"])
+def test_a_spot_check_between_two_turns_keeps_the_target_s_cache(smol_pair, path):
+    """A drift check times the target on an empty cache; the chat's cache comes back (150
+    positions: past what the check writes, and below it), and the next chunk's logits are
+    a fresh prefill's."""
+    from models.profiler import spot_check
+
+    target = smol_pair.target if path == "eager" else StaticTarget(
+        smol_pair.target_dir, "cpu", 512, "float32", compile=False)
+    chat = smol_pair.prompt_ids(PROMPTS[1]) + list(range(300, 420))
+    target.rollback(0)
+    target.logits(chat, 1)
+    spot_check(smol_pair.drafter, target)
+    assert target.cached_ids == chat
+    after = target.logits([7, 8, 9], 3).cpu().numpy()
+    target.rollback(0)
+    assert_same_logits([after], [target.logits(chat + [7, 8, 9], 3).cpu().numpy()])
+    target.rollback(0)
+    if path == "static":
+        target.close()
+
+
 def test_spans_step_by_half_octaves_up_to_the_buffer():
     from models.span_attention import span_for, spans
 
