@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import threading
 import time
 
 from fastapi import APIRouter, Request
@@ -27,7 +26,6 @@ POLL_S = 0.25  # how often a non-streaming request looks for its client
 class Api:
     def __init__(self, host, api_key: str | None = None, max_waiting: int = 16):
         self.host, self.api_key, self.gate = host, api_key, Gate(max_waiting)
-        self.tokenizing = threading.Lock()  # one tokenizer call at a time
 
     # -- checks ---------------------------------------------------------------------------
     def check_key(self, request: Request) -> None:
@@ -59,7 +57,7 @@ class Api:
         chat, tools = isinstance(req, ChatRequest), req.tool_list()
         wanted = req.wanted_tokens()
         try:
-            with self.tokenizing:
+            with pair.tokenizer_lock:
                 if tools is not None:
                     self._check_tools(pair)
                 extra = {"tools": tools} if tools is not None else {}

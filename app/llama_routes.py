@@ -44,7 +44,7 @@ async def _tokenizer_call(api, request: Request, model, work) -> JSONResponse:
     pair = api.loaded()
 
     def locked():
-        with api.tokenizing:
+        with pair.tokenizer_lock:
             return work(pair.tokenizer, req)
     return JSONResponse(await run_in_threadpool(locked))
 

@@ -74,8 +74,8 @@ class Pair:
         self.target = load_target(*self._target_args, remeasure=self.opts.remeasure)
         self.drafter = None
         # a fast tokenizer is not safe to share between threads: the page's context meter
-        # tokenizes while a generation decodes, so every use of it takes this lock
-        self._tokenizer_lock = threading.Lock()
+        # and the API's /tokenize run while a generation decodes, so every use takes this
+        self.tokenizer_lock = threading.RLock()
         try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
             say(f"loading draft {draft_gguf.name} on the CPU")
@@ -169,7 +169,7 @@ class Pair:
         """`tools` (JSON-schema function definitions) go to the chat template."""
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         check_prompt(messages, self.target.n_ctx)  # before tokenizing: a 2 MB paste is quick
-        with self._tokenizer_lock:
+        with self.tokenizer_lock:
             if raw or not self.tokenizer.chat_template:
                 text = "".join(m["content"] for m in messages)
                 ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
@@ -191,12 +191,13 @@ class Pair:
                              f"most {room} new tokens fit")
 
     def decode(self, ids: list[int]) -> str:
-        with self._tokenizer_lock:
+        with self.tokenizer_lock:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def token_text(self, token: int) -> str:
         """One token's text (logprobs name their tokens by it)."""
-        return self.tokenizer.decode([token])
+        with self.tokenizer_lock:
+            return self.tokenizer.decode([token])
 
     def check_format(self, response_format: dict | None) -> None:
         """ValueError naming what is wrong with a response_format (its grammar is compiled)."""

@@ -4,6 +4,7 @@ answer is a Hermes / Qwen style call, the tools in the prompt and parsed `tool_c
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import openai
@@ -51,6 +52,7 @@ class ScriptedPair:
         self.tokenizer = AutoTokenizer.from_pretrained(str(real.target_dir))
         self.tokenizer.chat_template = TEMPLATE
         self.spec, self.target, self.answer, self.prompts = real.spec, real.target, answer, []
+        self.tokenizer_lock = threading.RLock()
 
     def prompt_ids(self, prompt, raw=False, tools=None):
         text = self.tokenizer.apply_chat_template(prompt, tools=tools, tokenize=False,
