@@ -297,12 +297,15 @@ def _predraft_policy(run: Run, budget: DraftBudget) -> PredraftPolicy | None:
 
 def _plan(run: Run, policy: PredraftPolicy | None, budget: DraftBudget, draft: Draft,
           branching: BranchPolicy | None) -> Plan | None:
-    """What to pre-draft during this verify; None: pre-drafting is off (drafts carry no
-    ranks)."""
+    """What to pre-draft during this verify; None: pre-drafting is off, or no plan could pay
+    now (drafts carry no ranks; the next round's plan is empty)."""
     if policy is None:
         return None
     seqs = (branching.static_k or 1) if branching is not None else 1
-    return policy.plan(draft, budget, run.draft_room(policy.max_depth, len(draft)), seqs)
+    room = run.draft_room(policy.max_depth, len(draft))
+    if not policy.may_pay(budget, room, seqs):
+        return None
+    return policy.plan(draft, budget, room, seqs)
 
 
 @contextmanager

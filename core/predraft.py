@@ -39,6 +39,17 @@ class PredraftPolicy:
         out.sort(key=lambda o: -o[0])
         return out[:self.max_outcomes]
 
+    def may_pay(self, budget: DraftBudget, room: int, seqs: int = 1) -> bool:
+        """Whether any plan could beat none now: a sure hit on one outcome at the best depth
+        (more outcomes cost more and hit no more). When not, drafts need no ranks (a softmax
+        a draft token) and the drafter keeps its plain one-sequence loop."""
+        if self.forced:
+            return True
+        extra = step_ratio(self.step_s, seqs + 1) - step_ratio(self.step_s, seqs)
+        best = budget.expected_rate(budget.gamma) * (1 + self.margin)
+        return any(budget.predraft_rate(budget.gamma, 1.0, d, d * extra * budget.draft_s(1))
+                   > best for d in DEPTHS if d <= min(self.max_depth, room))
+
     def plan(self, draft: Draft, budget: DraftBudget, room: int, seqs: int = 1) -> Plan:
         """The outcomes and depth that maximise the budget's expected tokens/s, when the main
         chunk is drafted with `seqs` sequences and at most `room` tokens fit after an outcome."""

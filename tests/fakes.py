@@ -76,12 +76,14 @@ class FakeDrafter(Threads):
         self.branch_counts: list[int] = []
         self.plans: list = []  # the non-empty pre-draft plans it was given
         self.ranks = False
+        self.ranked_calls = 0  # proposals asked for ranks (a plan, empty or not, was given)
 
     def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None,
                 adjust=None, predraft=None):
         self.calls.append((len(context), n))
         self.adjust = adjust
         self.ranks = predraft is not None  # drafts carry the draft's top candidates
+        self.ranked_calls += self.ranks
         out = self._branches(context, n, sampling, draws, stop, branching)
         if predraft:
             self.plans.append(predraft)

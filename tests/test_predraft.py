@@ -46,6 +46,34 @@ def test_free_batching_pays_and_dear_batching_does_not():
     assert not dear
 
 
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.9])
+def test_no_plan_where_a_sure_hit_could_not_pay(alpha):
+    """may_pay bounds plan(): where it says no, no draft gets a plan (random ranks, every
+    batching cost); free batching may pay."""
+    rng = np.random.default_rng(0)
+    budget = DraftBudget(fake_profile(), fixed=4, alpha=alpha)
+    assert PredraftPolicy({k: 0.01 for k in range(1, 9)}).may_pay(budget, 8)
+    for cost in (1.0, 1.1, 1.3, 1.6, 2.0, 3.0):
+        policy = PredraftPolicy({k: 0.01 * cost ** (k - 1) for k in range(1, 9)})
+        if policy.may_pay(budget, 8):
+            continue
+        for _ in range(50):
+            sure = rng.uniform(0.05, 1.0, 4)
+            ranked = [([t, 9], [p, 1 - p]) for t, p in zip(range(4), sure)]
+            assert not policy.plan(Draft(list(range(4)), ranked=ranked), budget, 8)
+
+
+def test_a_policy_that_cannot_pay_asks_for_no_ranks(monkeypatch):
+    """The engine then gives the drafter no plan (its plain loop, no ranks); still vanilla's.
+    (A batched step a thousand times a single one: no idle draft time covers it.)"""
+    monkeypatch.setattr(engine, "_predraft_policy", lambda run, budget: PredraftPolicy(
+        {1: 0.01} | {k: 10.0 for k in range(2, 9)}))
+    drafter = FakeDrafter(Q_DRAFT)
+    got, stats = tokens("duo", drafter=drafter, gamma=3)
+    assert got == tokens("vanilla")[0]
+    assert drafter.calls and drafter.ranked_calls == 0 and stats["predraft_outcomes"] == 0
+
+
 def test_forced_plan_and_room():
     budget = DraftBudget(fake_profile(), fixed=4)
     plan = PredraftPolicy(forced=(1, 5)).plan(unsure_draft(), budget, room=3)
