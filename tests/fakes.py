@@ -3,6 +3,7 @@ longest-match tokenizer over a VocabSide for the vocabulary fakes (real pairs pa
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -23,8 +24,18 @@ def markov(vocab: int, seed: int, sharp: float = 1.0) -> np.ndarray:
 
 
 class Threads:
-    """Thread-count bookkeeping of a backend: the counts asked for, in order."""
+    """Thread-count bookkeeping of a backend: the counts asked for, in order; `preserved` sets
+    its cache (a token list) aside for a probe and puts it back, as the real backends do."""
     threads = 1
+    _cache_attr = "tokens"
+
+    @contextmanager
+    def preserved(self, extent: int = 0):
+        kept = list(getattr(self, self._cache_attr))
+        try:
+            yield
+        finally:
+            setattr(self, self._cache_attr, kept)
 
     def set_threads(self, n):
         self.thread_log = getattr(self, "thread_log", []) + [n]
@@ -34,6 +45,7 @@ class Threads:
 
 class FakeTarget(Threads):
     name = "fake-target"
+    _cache_attr = "cache"
 
     def __init__(self, P: np.ndarray, eos_ids=(), delay=(0.0, 0.0), n_ctx: int = 10_000):
         self.P, self.eos_ids, self.delay, self.n_ctx = P, set(eos_ids), delay, n_ctx
