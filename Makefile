@@ -23,10 +23,11 @@ browser:
 	test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# Two workers, whole files each (a file's loaded models and oracle stay in one process).
+# Two workers, whole files each (a file's loaded models and oracle stay in one process),
+# in conftest's order (the slowest first).
 WORKERS ?= 2
 test: install browser
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # On a CUDA machine. Prepared by ../shared/gpu (no venv there): make test-gpu RUNPY=python3
 RUNPY ?= $(BIN)/python
