@@ -165,7 +165,10 @@ def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
 def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
             verify_n: int = MAX_GAMMA, seqs: int = MAX_SEQS) -> Profile:
     """The draft's time per token and per batched step of 2..seqs sequences and the target's
-    forward of 1..verify_n tokens, interleaved round by round."""
+    forward of 1..verify_n tokens, interleaved round by round; the probes fit a small window
+    (a shorter context first, then fewer verify sizes: the profile extrapolates those)."""
+    verify_n = max(1, min(verify_n, target.n_ctx // 2))
+    context_len = max(1, min(context_len, target.n_ctx - verify_n))
     ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
     probes = {"draft": lambda: draft_once(drafter, ctx, 16) / 16}
     probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}

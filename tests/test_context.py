@@ -143,3 +143,17 @@ def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, 
         tokens, stats = run(small_window, ids, method=method, max_new_tokens=40)
         assert tokens == expected[:len(tokens)] and stats["stop_reason"] != ""
         assert len(tokens) == len(expected)
+
+
+def test_the_budget_s_probes_fit_a_small_window(small_window):
+    """A drift check on a 64-token target (seen on a busy machine: the probes' 64-token context
+    plus a verify chunk overflowed it): the probes shrink to the window; the chat's cache stays."""
+    from models.profiler import measure, spot_check
+
+    ids = small_window.prompt_ids("Hi")
+    run(small_window, ids, method="vanilla", max_new_tokens=4)
+    cached = list(small_window.target.cached_ids)
+    profile = measure(small_window.drafter, small_window.target, rounds=1)
+    assert len(profile.verify_s) == 32 and all(s > 0 for s in profile.verify_s)
+    assert spot_check(small_window.drafter, small_window.target).verify(1) > 0
+    assert small_window.target.cached_ids == cached
