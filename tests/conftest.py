@@ -55,7 +55,7 @@ def _stop_app() -> None:
         app.__exit__(None, None, None)
 
 
-# The slowest files first (seconds of work on a 2-core machine, session 9): `make test`
+# The slowest files first (by their seconds of work in a 2-core run): `make test`
 # hands whole files to two workers in this order, so no long file is left for the end.
 SLOW_FILES = ("test_cross_tokenizer", "test_real_lossless", "test_multi_seq", "test_grammar",
               "test_sampling_lossless", "test_quant_target", "test_target_static",
