@@ -2,7 +2,7 @@
 tokens; cached per machine, pair, draft file, device, target dtype, precision, path and
 thread counts. Every measurement is the minimum of several rounds that interleave the
 candidates, and is stored with the other processes' share of the CPU while it ran: one
-taken under load is taken again once the machine is quieter."""
+taken under load is taken again at a later start when the machine is quieter."""
 from __future__ import annotations
 
 import json
@@ -80,14 +80,21 @@ def quieter_now(load: float | None) -> bool:
     return now is not None and now < load / 2
 
 
+_LOOKED_UP: set[tuple[str, str]] = set()  # (file, key) this process has read before
+
+
 def measured(file: str, key: str, measure, remeasure: bool = False, progress=None,
              say: str = "") -> dict:
     """{"value": measure(), "load": others' share while it ran}, kept in cache_root()/file
-    under key; measured when missing, when asked (`remeasure`) or when quieter_now."""
+    under key; measured when missing, when asked (`remeasure`) or, at this process's first
+    lookup, when quieter_now (later, a running app's drift check takes over: a load check at
+    every generation would cost each its start, and a busy neighbour a measurement each)."""
     path = cache_root() / file
     known = json.loads(path.read_text()) if path.exists() else {}
     entry = known.get(key)
-    if entry is not None and not remeasure and not quieter_now(entry.get("load")):
+    first = (str(path), key) not in _LOOKED_UP
+    _LOOKED_UP.add((str(path), key))
+    if entry is not None and not remeasure and not (first and quieter_now(entry.get("load"))):
         return entry
     if progress and say:
         progress(say)
