@@ -80,21 +80,16 @@ def quieter_now(load: float | None) -> bool:
     return now is not None and now < load / 2
 
 
-_LOOKED_UP: set[tuple[str, str]] = set()  # (file, key) this process has read before
-
-
 def measured(file: str, key: str, measure, remeasure: bool = False, progress=None,
-             say: str = "") -> dict:
+             say: str = "", check_load: bool = True) -> dict:
     """{"value": measure(), "load": others' share while it ran}, kept in cache_root()/file
-    under key; measured when missing, when asked (`remeasure`) or, at this process's first
-    lookup, when quieter_now (later, a running app's drift check takes over: a load check at
-    every generation would cost each its start, and a busy neighbour a measurement each)."""
+    under key; measured when missing, when asked (`remeasure`) or when quieter_now (unless
+    `check_load` is off)."""
     path = cache_root() / file
     known = json.loads(path.read_text()) if path.exists() else {}
     entry = known.get(key)
-    first = (str(path), key) not in _LOOKED_UP
-    _LOOKED_UP.add((str(path), key))
-    if entry is not None and not remeasure and not (first and quieter_now(entry.get("load"))):
+    if entry is not None and not remeasure and not (check_load and
+                                                    quieter_now(entry.get("load"))):
         return entry
     if progress and say:
         progress(say)
@@ -122,13 +117,22 @@ def interleaved(probes: dict, rounds: int = ROUNDS) -> dict:
     return {name: min(ts) for name, ts in times.items()}
 
 
+_PROFILES_LOOKED_UP: set[str] = set()  # profile keys this process has looked up
+
+
 def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
+    """The budget profile, looked up at every generation: its load is checked at this
+    process's first lookup only (at every one it delayed each generation by the reading and,
+    beside a busy neighbour, profiled again and again); a running app's drift check does
+    the rest."""
     key = (f"v4|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
            f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
+    first = key not in _PROFILES_LOOKED_UP
+    _PROFILES_LOOKED_UP.add(key)
     entry = measured("profiles.json", key, lambda: measure(drafter, target).to_dict(),
                      remeasure, progress, "profiling the draft budget (draft time per token, "
-                     "target verify time 1..32)")
+                     "target verify time 1..32)", check_load=first)
     profile = Profile.from_dict(entry["value"])
     profile.load = entry["load"]
     return profile
