@@ -10,7 +10,7 @@ import sys
 
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
-from models.target_choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
+from models.target.choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")

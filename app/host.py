@@ -8,7 +8,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from models.catalog import PairError, get_pair, load_catalog
+from models.pairs.catalog import PairError, get_pair, load_catalog
 
 PairFactory = Callable[[str, Callable[[str], None]], object]
 

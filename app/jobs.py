@@ -8,7 +8,7 @@ import threading
 from contextlib import closing
 
 from app.openai_io import ApiError
-from models.catalog import PairError
+from models.pairs.catalog import PairError
 
 log = logging.getLogger("duo.api")
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cors import origins, use_cors  # noqa: E402
 from app.cli import Parser, add_model_args, fail, load_options, quiet_logs  # noqa: E402
-from models.catalog import PairError, get_pair  # noqa: E402
+from models.pairs.catalog import PairError, get_pair  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -7,7 +7,7 @@ import gradio as gr
 from app.host import pair_choices
 from app.view import SOURCE_COLORS, sizes_line
 from core.engine import METHODS
-from models.catalog import PairError, get_pair
+from models.pairs.catalog import PairError, get_pair
 
 ENGINE = "engine"  # one concurrency slot: one generation (or pair load) at a time, others queue
 COMPARE = ("vanilla", "sps", "duo")

@@ -21,7 +21,7 @@ from app.host import ModelHost
 from app.page import CSS, COMPARE, OUTPUTS, SPEED_HINT, build
 from app.view import (Settings, Trace, compare_table, final_panel, jsonable, live_panel,
                       placement_line)
-from models.catalog import PairError, get_pair
+from models.pairs.catalog import PairError, get_pair
 from models.prompt_text import has_text
 
 __all__ = ["App", "CSS", "build"]  # app/main.py takes the page from here

@@ -168,8 +168,8 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
 
 def sizes_line(name: str) -> str:
     """GPU memory each precision of the pair's target needs, and what this machine would use."""
-    from models.catalog import PairError, get_pair
-    from models.memory import free_bytes, pair_sizes
+    from models.pairs.catalog import PairError, get_pair
+    from models.fit.memory import free_bytes, pair_sizes
 
     try:
         sizes = pair_sizes(get_pair(name), free_bytes("cuda")[0])

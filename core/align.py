@@ -1,6 +1,6 @@
 """Runtime vocabulary translation between draft and target token ids: `IdentityVocab` when they
 share a tokenizer, `MappedVocab` (through the text, as bytes) when they do not. The mode
-(greedy or sampling) is an argument of each call; models/vocab_build.py does the analysis.
+(greedy or sampling) is an argument of each call; models/pairs/vocab_build.py does the analysis.
 
 long: one translator whose two directions share the chunk cache and the counters, with the
 byte/Unicode rules only it uses; split, the exactness argument would no longer read in one place.
@@ -95,7 +95,7 @@ class VocabSide:
 
 
 class Alignment(Protocol):
-    """What the translator reads from the load-time analysis (models/vocab_build.VocabMap)."""
+    """What the translator reads from the load-time analysis (models/pairs/vocab_build.py.VocabMap)."""
     draft: VocabSide
     target: VocabSide
     d2t: np.ndarray  # draft id -> its twin (same bytes) in the target, or -1

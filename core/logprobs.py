@@ -33,7 +33,7 @@ def draft_of(tokens: list[int], n_rows: int) -> list[int]:
 
 def reference_logprobs(logits: np.ndarray, draft: list[int], own: list[int],
                        k: int) -> Logprobs:
-    """The numpy reference (models/sampling_torch.device_logprobs computes the same)."""
+    """The numpy reference (models/target/sampling.py.device_logprobs computes the same)."""
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=-1, keepdims=True)
     lsm = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))

@@ -145,7 +145,7 @@ class Noise:
     """The target's random draws, fixed by (seed, position, token) and nothing else:
     `draw` picks a token from a probability row by an exponential race (Gumbel-max:
     argmin E_j / p_j with E_j = -log u_j), `accept_u` is a position's acceptance uniform.
-    models/sampling_torch.py computes the same on the device (tested bit for bit)."""
+    models/target/sampling.py computes the same on the device (tested bit for bit)."""
 
     def __init__(self, seed: int):
         self.seed = seed

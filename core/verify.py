@@ -79,7 +79,7 @@ def reference_scores(logits: np.ndarray, sampling: SamplingConfig,
 
 
 def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:
-    """The reference of what a target hands the sampled verifier (models/sampling_torch.py
+    """The reference of what a target hands the sampled verifier (models/target/sampling.py
     computes the same on the device): p_target of each draft token, the draw from each draft
     position's residual, and the bonus draw from the last row, by `check.noise`."""
     g = len(check.draft)

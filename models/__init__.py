@@ -1,4 +1,6 @@
-"""Model backends (llama.cpp draft, PyTorch target), the pair catalog and the loaders."""
+"""The product's model side, by role: target/ (PyTorch target), draft/ (llama.cpp draft), pairs/
+(catalog, Hub, vocabulary), fit/ (memory, threads, measured costs); loader.py loads a pair and
+runs its generations. Measurement-only code lives in measure/, beside scripts/."""
 import os
 
 # Before torch loads OpenMP: its threads sleep at a barrier instead of spinning. On a busy

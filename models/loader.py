@@ -13,14 +13,14 @@ from core.backends import TargetOutOfMemory
 from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
-from models.catalog import PairError, draft_path, get_pair, target_source
-from models.convert import converted_dir
-from models.draft_format import pick_draft
+from models.pairs.catalog import PairError, draft_path, get_pair, target_source
+from models.pairs.convert import converted_dir
+from models.draft.format import pick_draft
 from models.grammar import Grammars
-from models.placement import Placement, draft_share
+from models.fit.placement import Placement, draft_share
 from models.prompt_text import ContextOverflow, check_prompt
-from models.target_choice import pick_ctx
-from models.target_torch import pick_device, pick_dtype
+from models.target.choice import pick_ctx
+from models.target.eager import pick_device, pick_dtype
 
 log = logging.getLogger("duo.loader")
 
@@ -45,9 +45,9 @@ class Pair:
                  progress: Callable[[str], None] | None = None):
         from transformers import AutoTokenizer
 
-        from models.draft_llama import LlamaDrafter
+        from models.draft.llama import LlamaDrafter
         from models.quiet import quiet_libraries
-        from models.target_choice import load_target, pick_quant_kind
+        from models.target.choice import load_target, pick_quant_kind
 
         quiet_libraries()
         self.spec, self.opts = get_pair(name), opts or LoadOptions()
@@ -99,7 +99,7 @@ class Pair:
         """The load-time analysis (cached on disk) decides, byte by byte: identical
         vocabularies pass ids through, others get a translating vocabulary (the catalog's
         `same_tokenizer` is only a hint); PairError when the two cannot work together."""
-        from models.vocab_build import build_vocab
+        from models.pairs.vocab_build import build_vocab
 
         try:
             return build_vocab(self.drafter, self.tokenizer, self.target.vocab_size,
@@ -111,7 +111,7 @@ class Pair:
     def placement(self) -> Placement:
         """Devices and thread counts, computed once (the draft's thread count is measured)."""
         if self._placement is None:
-            from models.profiler import fastest_threads, pick_draft_threads
+            from models.fit.profiler import fastest_threads, pick_draft_threads
 
             device, cores = self.target.device, max(1, self.opts.cores)
             self._thread_times = pick_draft_threads(self.spec.name, self.drafter,
@@ -131,7 +131,7 @@ class Pair:
     def ensure_profile(self, method: str, remeasure: bool = False):
         """The budget profile for `method`'s thread split: cached, or measured when asked,
         at --remeasure, or when the last generation's times drifted WIDE off it."""
-        from models.profiler import load_or_measure, spot_check
+        from models.fit.profiler import load_or_measure, spot_check
 
         threads = self.apply_threads(method)
         drift = self.learned.drifted(method)  # online times far off the profile
@@ -153,7 +153,7 @@ class Pair:
         """Time this machine again (the page's button): the compiled-vs-eager verdict where it
         was timed (the target is loaded again when it changes), the draft's threads and the
         budget profiles of duo and sps."""
-        from models.target_choice import load_target
+        from models.target.choice import load_target
 
         model_dir, device, dtype, n_ctx, compile = self._target_args[:5]
         if compile == "auto" and device == "cpu":

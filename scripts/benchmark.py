@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
                      gen_config, load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
-from models.catalog import PairError, get_pair  # noqa: E402
-from models.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
+from models.pairs.catalog import PairError, get_pair  # noqa: E402
+from measure.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
@@ -266,7 +266,7 @@ def figure1(pair, lengths: list[int], path: Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.profiler import draft_time, verify_time
+    from models.fit.profiler import draft_time, verify_time
     pair.apply_threads("duo")
     data = {"length": [], "draft_8_s": [], "verify_8_s": []}
     for n in lengths:

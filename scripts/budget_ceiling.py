@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cli import add_model_args, fail, load_options, quiet_logs  # noqa: E402
 from core.branching import step_ratio  # noqa: E402
 from core.budget import MAX_GAMMA, DraftBudget  # noqa: E402
-from models.catalog import PairError  # noqa: E402
+from models.pairs.catalog import PairError  # noqa: E402
 
 ALPHAS = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99, 0.999)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models import gguf_header, hub, vocab_compare  # noqa: E402
-from models.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
+from models.pairs import gguf_header, hub, vocab_compare  # noqa: E402
+from models.pairs.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
                             get_pair, read_entries, save_user_entry, weights_complete)
-from models.memory import (DEFAULT_CTX, GIB, device_memory, estimate_bytes,  # noqa: E402
+from models.fit.memory import (DEFAULT_CTX, GIB, device_memory, estimate_bytes,  # noqa: E402
                            pair_sizes, size_config)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

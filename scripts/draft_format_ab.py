@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import fail, quiet_logs  # noqa: E402
 from core.engine import GenConfig  # noqa: E402
-from models.catalog import PairError  # noqa: E402
+from models.pairs.catalog import PairError  # noqa: E402
 from scripts.benchmark import aggregate, load_questions, run_all  # noqa: E402
 
 FORMATS = ("original", "q8_0")

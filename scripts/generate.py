@@ -12,7 +12,7 @@ from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E
                      gen_config, load_options, quiet_logs)
 from core.backends import TargetOutOfMemory  # noqa: E402
 from core.engine import METHODS  # noqa: E402
-from models.catalog import PairError, get_pair  # noqa: E402
+from models.pairs.catalog import PairError, get_pair  # noqa: E402
 from models.prompt_text import check_prompt  # noqa: E402
 
 

@@ -98,7 +98,7 @@ def part_graphs(s: dict, out: Path) -> dict:
     import torch
     from torch._dynamo.utils import counters
 
-    from models.gpu_bench import make_target, model_source, time_forwards
+    from measure.gpu_bench import make_target, model_source, time_forwards
 
     if s["device"] != "cuda":
         return {"engaged": None, "note": "no cuda: CUDA graphs do not apply"}
@@ -123,7 +123,7 @@ def _dtype(s: dict, quant: str) -> str:
 
 
 def part_forward(s: dict, out: Path) -> dict:
-    from models.gpu_bench import copy_bandwidth, floors, model_config
+    from measure.gpu_bench import copy_bandwidth, floors, model_config
 
     bw = copy_bandwidth(s["device"], s["copy_bytes"])
     res = {"copy_bandwidth_gbs": bw / 1e9, "lengths": s["lengths"], "chunks": s["chunks"],
@@ -141,9 +141,9 @@ def part_forward(s: dict, out: Path) -> dict:
 
 
 def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
-    from models.gpu_bench import free_cuda, make_target, model_source, time_forwards
-    from models.quant import supported
-    from models.target_torch import DTYPES
+    from measure.gpu_bench import free_cuda, make_target, model_source, time_forwards
+    from models.target.quant import supported
+    from models.target.eager import DTYPES
 
     ok, why = supported(quant, s["device"], DTYPES[dtype])
     if not ok:
@@ -163,8 +163,8 @@ def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict
 
 def part_memory(s: dict, out: Path) -> dict:
     """Peak memory of filling the window (8k) and one 32-token chunk, per precision."""
-    from models.gpu_bench import model_config
-    from models.memory import model_dims
+    from measure.gpu_bench import model_config
+    from models.fit.memory import model_dims
 
     which = "tiny" if s["tiny"] else "llama8b"
     res = {"model": which, "ctx": s["memory_ctx"], "precisions": {}}
@@ -179,7 +179,7 @@ def part_memory(s: dict, out: Path) -> dict:
 
 
 def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
-    from models.gpu_bench import free_cuda, make_target, model_source, peak_bytes
+    from measure.gpu_bench import free_cuda, make_target, model_source, peak_bytes
 
     name, model, group = model_source(which, s["device"], dtype)
     path = "compiled" if s["device"] == "cuda" else "static"
@@ -219,7 +219,7 @@ def _questions(out: Path, n: int) -> Path:
 
 
 def _pair_here(name: str) -> bool:
-    from models.catalog import draft_path, get_pair, target_source
+    from models.pairs.catalog import draft_path, get_pair, target_source
 
     spec = get_pair(name)
     return draft_path(spec).exists() and target_source(spec)[1].exists()
@@ -244,7 +244,7 @@ def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -
 def part_llamacpp(s: dict, out: Path) -> dict:
     """The llamacpp peer on smol-self, and llama.cpp on the 8B shape's random GGUF (F16,
     Q8_0) at two layer counts, projected to the full depth; the smol draft's CPU speed."""
-    from models.catalog import draft_path, get_pair
+    from models.pairs.catalog import draft_path, get_pair
 
     q = _questions(out, min(4, s["prompts"]))
     res = {"peer": _bench(s, out, "smol-self", "llamacpp", "off", q)}
@@ -257,8 +257,8 @@ def part_llamacpp(s: dict, out: Path) -> dict:
 def _llama_random(s: dict, out: Path) -> dict:
     import llama_cpp
 
-    from models.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
-    from models.gpu_bench import LLAMA_8B, TINY
+    from measure.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
+    from measure.gpu_bench import LLAMA_8B, TINY
 
     config = TINY if s["tiny"] else LLAMA_8B
     gpu = bool(llama_cpp.llama_supports_gpu_offload())
@@ -278,7 +278,7 @@ def _llama_random(s: dict, out: Path) -> dict:
 
 
 def _draft_ms(draft: Path, s: dict) -> dict:
-    from models.gguf_random import decode_s
+    from measure.gguf_random import decode_s
 
     threads = 8 if s["device"] == "cuda" else 1
     return {"threads": threads, "ms": decode_s(draft, False, threads=threads) * 1e3}
@@ -292,7 +292,7 @@ def _guard(fn) -> dict:
     except Exception as e:  # noqa: BLE001 - recorded in the report, not swallowed
         failed = {"error": f"{type(e).__name__}: {e}",
                   "trace": traceback.format_exc(limit=4)[-1500:]}
-    from models.gpu_bench import free_cuda
+    from measure.gpu_bench import free_cuda
 
     free_cuda()  # what the failed step held (an out-of-memory model) goes before the next
     return failed

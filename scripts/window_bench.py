@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.sampling import SamplingConfig  # noqa: E402
-from models.catalog import get_pair, target_source  # noqa: E402
-from models.convert import converted_dir  # noqa: E402
-from models.gpu_bench import make_target  # noqa: E402
+from models.pairs.catalog import get_pair, target_source  # noqa: E402
+from models.pairs.convert import converted_dir  # noqa: E402
+from measure.gpu_bench import make_target  # noqa: E402
 
 
 def parse(argv=None):

@@ -88,7 +88,7 @@ def gemma_pair():
 def pair_with(smol_pair):
     """smol-self loaded with other LoadOptions; the budget reuses smol_pair's profile (the
     options' speed is not what these tests check)."""
-    import models.profiler as profiler
+    import models.fit.profiler as profiler
     from models.loader import LoadOptions, Pair
 
     profile, pairs = smol_pair.ensure_profile("duo"), []

@@ -1,4 +1,4 @@
-"""The device-side adjustment and logprobs (models/sampling_torch.py) equal core's numpy
+"""The device-side adjustment and logprobs (models/target/sampling.py) equal core's numpy
 references."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from core.constraints import Adjustments, RowAdjust, apply_rows
 from core.logprobs import reference_logprobs
 from core.sampling import SamplingConfig
 from core.verify import reference_scores
-from models.sampling_torch import apply_adjust, device_logprobs, device_scores
+from models.target.sampling import apply_adjust, device_logprobs, device_scores
 
 VOCAB = 70  # not a multiple of 32: the last word is partly past the vocabulary
 

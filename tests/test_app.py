@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.view import identical_note
-from models.catalog import PairError
+from models.pairs.catalog import PairError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = 24  # keep generations short

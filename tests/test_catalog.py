@@ -14,8 +14,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import download_models  # noqa: E402
-from models import catalog, gguf_header, hub, memory, vocab_compare  # noqa: E402
-from models.catalog import PairError  # noqa: E402
+from models.pairs import catalog, gguf_header, hub, vocab_compare  # noqa: E402
+from models.fit import memory  # noqa: E402
+from models.pairs.catalog import PairError  # noqa: E402
 from tests.fake_hub import make_gguf, tokenizer_json  # noqa: E402
 
 REQUIRED = {"smol-self", "gemma-smol", "llama2-7b-68m", "vicuna-7b-68m", "qwen2.5-7b-0.5b",
@@ -361,7 +362,7 @@ def test_free_memory_on_cuda_uses_mem_get_info(monkeypatch):
 
 
 def test_app_shows_each_precisions_memory_for_the_picked_pair(monkeypatch):
-    import models.memory as memory
+    import models.fit.memory as memory
     from app.view import sizes_line
 
     monkeypatch.setattr(memory, "free_bytes", lambda device: (None, "no GPU"))

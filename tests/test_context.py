@@ -96,9 +96,9 @@ def test_the_draft_proposes_nothing_past_its_own_window(small_window):
 
 
 def test_ctx_size_is_checked_against_the_trained_window():
-    from models.catalog import get_pair, target_source
-    from models.convert import converted_dir
-    from models.target_choice import pick_ctx
+    from models.pairs.catalog import get_pair, target_source
+    from models.pairs.convert import converted_dir
+    from models.target.choice import pick_ctx
 
     model_dir = converted_dir(target_source(get_pair("smol-self"))[1])
     assert pick_ctx(model_dir, "cpu", "float32", 2048) == (2048, "as asked")
@@ -148,7 +148,7 @@ def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, 
 def test_the_budget_s_probes_fit_a_small_window(small_window):
     """A drift check on a 64-token target (seen on a busy machine: the probes' 64-token context
     plus a verify chunk overflowed it): the probes shrink to the window; the chat's cache stays."""
-    from models.profiler import measure, spot_check
+    from models.fit.profiler import measure, spot_check
 
     ids = small_window.prompt_ids("Hi")
     run(small_window, ids, method="vanilla", max_new_tokens=4)

@@ -12,7 +12,7 @@ from core.align import MappedVocab, VocabSide
 from core.backends import Draft, Proposal
 from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
-from models.vocab_build import VocabMap
+from models.pairs.vocab_build import VocabMap
 from tests.fakes import FakeTarget, LongestMatch, decode, fake_profile, markov
 from tests.test_sampling_lossless import assert_matches, n_samples
 
@@ -177,7 +177,7 @@ def test_fake_greedy_through_a_translated_vocabulary_is_identical(method, gamma)
 def test_the_profiler_s_probes_stay_out_of_a_generation_s_counters():
     """A drift check at a generation's start drafts through the vocabulary (greedy re-cuts,
     random contexts): the generation's stats count its own proposals only."""
-    from models.profiler import draft_once, step_once
+    from models.fit.profiler import draft_once, step_once
 
     vocab = fake_vocab()
     drafter = TranslatingDrafter(Q_DRAFT, vocab)

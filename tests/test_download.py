@@ -1,4 +1,4 @@
-"""scripts/download_models.py and models/hub.py against a fake Hub on 127.0.0.1: the real
+"""scripts/download_models.py and models/pairs/hub.py against a fake Hub on 127.0.0.1: the real
 huggingface_hub client downloads, resumes a cut-off transfer, catches corruption, honours gating."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import download_models  # noqa: E402
-from models import catalog, hub  # noqa: E402
+from models.pairs import catalog, hub  # noqa: E402
 from tests.fake_hub import TOKEN, FakeHub, FakeRepo, make_gguf, tokenizer_json  # noqa: E402
 
 TOKENS = [f"tok{i}" for i in range(64)]

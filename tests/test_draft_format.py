@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-import models.draft_format as fmt
+import models.draft.format as fmt
 from core.engine import GenConfig
 from core.sampling import PositionRng, SamplingConfig
 from core.align import IdentityVocab
-from models.catalog import draft_path, get_pair
+from models.pairs.catalog import draft_path, get_pair
 from scripts.benchmark import run_one
 
 
@@ -24,7 +24,7 @@ def own_cache(tmp_path, monkeypatch):
 
 def greedy_next(path, tokens: list[int], start: int) -> list[int]:
     """The draft's greedy token after each prefix tokens[:i], i >= start (teacher forcing)."""
-    from models.draft_llama import LlamaDrafter
+    from models.draft.llama import LlamaDrafter
 
     d = LlamaDrafter(path, n_ctx=len(tokens) + 8)
     d.vocab = IdentityVocab(d.n_vocab, d.n_vocab)

@@ -18,7 +18,7 @@ TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.p
 
 @pytest.fixture(scope="module")
 def smol_dir():
-    from models.gpu_bench import smol_dir
+    from measure.gpu_bench import smol_dir
     return smol_dir  # dtype -> smol-self's converted target
 
 
@@ -27,7 +27,7 @@ def test_cuda_graphs_engage(smol_dir):
     to plain kernels silently; cudagraph_or_error turns it into an error)."""
     from torch._dynamo.utils import counters
 
-    from models.target_static import StaticTarget
+    from models.target.static import StaticTarget
 
     torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
@@ -52,8 +52,8 @@ def _argmaxes(target, steps) -> list[list[int]]:
 
 def test_compiled_static_argmax_equals_eager_in_float32(smol_dir):
     """Same rows' argmax across rollbacks and up to the window's last slot (float32, no TF32)."""
-    from models.target_static import StaticTarget
-    from models.target_torch import TorchTarget
+    from models.target.static import StaticTarget
+    from models.target.eager import TorchTarget
 
     torch.backends.cuda.matmul.allow_tf32 = False
     n_ctx, d = 160, smol_dir("float32")
@@ -147,9 +147,9 @@ def test_memory_picker_choice_runs_under_the_cap(smol_dir, capped, monkeypatch):
     and the int8 target with a full window runs under the cap within the picker's estimate."""
     import json
 
-    import models.memory as memory
-    from models.target_choice import pick_ctx
-    from models.target_torch import TorchTarget
+    import models.fit.memory as memory
+    from models.target.choice import pick_ctx
+    from models.target.eager import TorchTarget
 
     d = smol_dir("bfloat16")
     dims = memory.model_dims(json.loads((d / "config.json").read_text()))

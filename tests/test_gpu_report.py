@@ -8,8 +8,8 @@ import json
 import pytest
 
 import scripts.gpu_report as report
-from models.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
-from models.gpu_bench import LLAMA_8B, TINY, read_bytes
+from measure.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
+from measure.gpu_bench import LLAMA_8B, TINY, read_bytes
 from scripts.gpu_report_md import render
 
 

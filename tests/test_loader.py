@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-import models.profiler as profiler
+import models.fit.profiler as profiler
 from core.budget import Profile
 from core.engine import GenConfig
 from core.learned import Learned
@@ -28,7 +28,7 @@ def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
 
 
 def test_placement_is_one_value_for_every_method():
-    from models.placement import Placement, draft_share
+    from models.fit.placement import Placement, draft_share
 
     cpu = Placement("cpu", cores=16, draft_threads=4)
     assert cpu.threads("duo") == (4, 8) and cpu.threads("sps") == (4, 16)

@@ -1,11 +1,12 @@
-"""What a target needs on the device (models/footprint.py) and the default pick on 8-24 GiB
+"""What a target needs on the device (models/fit/footprint.py) and the default pick on 8-24 GiB
 cards for every catalog pair: the pick plus its whole estimate fits, so warm-up has room."""
 from __future__ import annotations
 
 import pytest
 
-from models import catalog, footprint, memory
-from models.memory import GIB, Budget, model_dims, pair_window, pick_quant, pick_window
+from models.pairs import catalog
+from models.fit import footprint, memory
+from models.fit.memory import GIB, Budget, model_dims, pair_window, pick_quant, pick_window
 
 CARDS = (8, 12, 16, 24)
 BUSY = GIB // 2  # a CUDA context and a desktop already hold this much of the card

@@ -56,8 +56,8 @@ class Reference(Output):
 def tokenizer(request):
     from transformers import AutoTokenizer
 
-    from models.catalog import get_pair, target_source
-    from models.convert import converted_dir
+    from models.pairs.catalog import get_pair, target_source
+    from models.pairs.convert import converted_dir
 
     kind, path = target_source(get_pair(request.param))
     folder = converted_dir(path) if kind == "gguf" else path

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from core.engine import GenConfig
-from models.catalog import PairSpec
-from models.peers import PeerConfig, check, run_peer
+from models.pairs.catalog import PairSpec
+from measure.peers import PeerConfig, check, run_peer
 from scripts.benchmark import method_config, parse, run_one
 
 PROMPTS = ["Why is the sky blue?", "List three uses of a paperclip."]

@@ -67,8 +67,8 @@ class ThreadedDraft(FakeDrafter):
 
 
 def test_draft_threads_are_picked_by_measurement(tmp_path, monkeypatch):
-    import models.profiler as profiler
-    from models.profiler import fastest_threads, pick_draft_threads
+    import models.fit.profiler as profiler
+    from models.fit.profiler import fastest_threads, pick_draft_threads
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings

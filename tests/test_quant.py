@@ -12,8 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models import catalog, memory  # noqa: E402
-from models.memory import GIB, Budget, DoesNotFit, model_dims, pick_quant  # noqa: E402
+from models.pairs import catalog  # noqa: E402
+from models.fit import memory  # noqa: E402
+from models.fit.memory import GIB, Budget, DoesNotFit, model_dims, pick_quant  # noqa: E402
 
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000,
              "intermediate_size": 11008, "num_attention_heads": 32}
@@ -137,7 +138,7 @@ def smol():
     import torch
     from transformers import AutoTokenizer
 
-    from models.convert import converted_dir
+    from models.pairs.convert import converted_dir
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     folder = converted_dir(catalog.target_source(catalog.get_pair("smol-self"))[1])
@@ -192,7 +193,7 @@ def perplexity(model, tokenizer) -> float:
 def test_supported_says_why():
     import torch
 
-    from models import quant
+    from models.target import quant
     assert quant.QUANTS == ("none", "int8", "int4")
     assert quant.supported("int8", "cpu", torch.float32)[0] and quant.supported("int4", "cpu", torch.bfloat16)[0]
     ok, why = quant.supported("int4", "cpu", torch.float32)  # x86: the kernel is vectorized for bf16 only
@@ -215,7 +216,7 @@ def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path
     default (the largest that divides 576: 64)."""
     import torch
 
-    from models import quant
+    from models.target import quant
     folder, ref, seqs = smol
     model = load(folder, getattr(torch, dtype))
     quant.quantize(model, kind, "cpu", group)
@@ -257,7 +258,7 @@ def test_bfloat16_agreement_for_comparison(smol):
 def test_second_start_loads_the_cached_quantized_target(smol, tmp_path, monkeypatch):
     import torch
 
-    from models import quant
+    from models.target import quant
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     folder, ref, seqs = smol
     said = []

@@ -94,9 +94,9 @@ def test_int8_sampling_follows_the_quantized_target(int8_pair):
 
 
 def test_target_quant_choices_and_refusals(smol_pair, monkeypatch):
-    import models.memory as memory
-    from models.memory import GIB, DoesNotFit
-    from models.target_choice import pick_quant_kind
+    import models.fit.memory as memory
+    from models.fit.memory import GIB, DoesNotFit
+    from models.target.choice import pick_quant_kind
 
     model_dir = smol_pair.target_dir
     assert pick_quant_kind(model_dir, "cpu", "float32", 4096, "int8")[0] == "int8"
@@ -115,9 +115,9 @@ def test_auto_on_the_cpu_keeps_the_model_s_precision_when_it_fits(smol_pair, mon
     changes nothing; int8 comes only when the memory forces it."""
     import json
 
-    import models.memory as memory
-    import models.target_choice as choice
-    from models.profiler import machine_key
+    import models.fit.memory as memory
+    import models.target.choice as choice
+    from models.fit.profiler import machine_key
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     old = {f"v3|{machine_key()}|quant|{smol_pair.target_dir.name}|float32|none-int8|gNone":

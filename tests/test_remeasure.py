@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import models.profiler as profiler
+import models.fit.profiler as profiler
 from core.budget import PROBE_EVERY, DraftBudget, Profile
 from core.learned import Learned
 

@@ -44,7 +44,7 @@ class DeviceRowsTarget(FakeTarget):
     def score(self, tokens, n_rows, sampling, check=None):
         import torch
 
-        from models.sampling_torch import device_scores
+        from models.target.sampling import device_scores
         return device_scores(torch.from_numpy(self.logits(tokens, n_rows)), sampling, check)
 
 
@@ -99,7 +99,7 @@ def test_joint_distribution_matches_target(method, gamma, sampler, sampling):
                                                   ("duo", 3, "coupled"),
                                                   ("duo", 3, "rejection")])
 def test_device_side_rows_stay_lossless(method, gamma, sampler):
-    """The torch targets reduce rows on their device (models/sampling_torch.py)."""
+    """The torch targets reduce rows on their device (models/target/sampling.py)."""
     sampling = SamplingConfig(0.8, top_k=3, top_p=0.9)
     counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT,
                              n_samples(method), target_class=DeviceRowsTarget, sampler=sampler)

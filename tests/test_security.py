@@ -79,7 +79,7 @@ class Trap:
 
 
 def test_a_folder_with_only_pickle_weights_is_an_error_not_a_load(tmp_path):
-    from models.target_torch import TorchTarget
+    from models.target.eager import TorchTarget
 
     config = {"model_type": "llama", "hidden_size": 16, "intermediate_size": 32,
               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -117,7 +117,7 @@ def _audit(event, args):
 sys.addaudithook(_audit)
 
 
-@pytest.mark.parametrize("model", ["/etc/passwd", "../x", "../../models/pairs.json",
+@pytest.mark.parametrize("model", ["/etc/passwd", "../x", "../../models/pairs/pairs.json",
                                    "smol-self/../../etc/passwd", "gemma-smol"])
 def test_the_model_field_never_names_a_file(served, model):
     global _opened

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import models.target_choice as choice
+import models.target.choice as choice
 
 
 @pytest.fixture
 def fake_targets(monkeypatch, tmp_path):
     """Record which target class load_target builds, without loading a model."""
-    import models.target_static as static
-    import models.target_torch as eager
+    import models.target.static as static
+    import models.target.eager as eager
 
     built = []
 
@@ -24,7 +24,7 @@ def fake_targets(monkeypatch, tmp_path):
     monkeypatch.setattr(eager, "TorchTarget", type("TorchTarget", (Fake,), {}))
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(choice, "triton_missing", lambda: None)
-    import models.profiler as profiler
+    import models.fit.profiler as profiler
     monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
     return built
 
@@ -82,7 +82,7 @@ def test_triton_missing_tells_package_from_gpu(monkeypatch):
 def test_auto_dtype_is_float16_on_a_gpu_without_bfloat16(monkeypatch):
     import torch
 
-    from models.target_torch import pick_dtype
+    from models.target.eager import pick_dtype
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
     assert pick_dtype("cuda") == "float16"  # emulated bf16 does not count
@@ -102,7 +102,7 @@ LLAMA31_8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 3
 def test_default_window_is_the_trained_capped_at_8192_and_by_memory(monkeypatch, tmp_path, gib, ctx, why):
     import json
 
-    from models import memory
+    from models.fit import memory
     (tmp_path / "config.json").write_text(json.dumps(LLAMA31_8B))
     where = f"cuda:0 (Fake, {gib:.1f} GiB total)"
     free = int((gib - 0.5) * memory.GIB)
@@ -120,7 +120,7 @@ def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets,
     """A seeded cache: eager 'won' while the machine was busy (load 0.6)."""
     import json
 
-    import models.profiler as profiler
+    import models.fit.profiler as profiler
 
     key = f"v4|{profiler.machine_key()}|compile|m|float32|ctx4096"
     busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.engine import GenConfig
-from models.target_torch import pick_dtype
+from models.target.eager import pick_dtype
 from scripts.benchmark import run_one
 from tests.conftest import vanilla_ids
 

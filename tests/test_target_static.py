@@ -12,12 +12,12 @@ from core.verify import reference_scores
 from core.backends import SampleCheck, Scores
 from core.engine import GenConfig
 from core.sampling import DRAW, Noise, SamplingConfig, logits_to_probs, mix32, noise_key, uniforms
-from models.catalog import get_pair, target_source
-from models.convert import converted_dir
-from models.sampling_torch import device_scores
-from models.sampling_torch import logits_to_probs as torch_probs
-from models.target_static import StaticTarget
-from models.target_torch import TorchTarget
+from models.pairs.catalog import get_pair, target_source
+from models.pairs.convert import converted_dir
+from models.target.sampling import device_scores
+from models.target.sampling import logits_to_probs as torch_probs
+from models.target.static import StaticTarget
+from models.target.eager import TorchTarget
 
 PROMPTS = ["Why is the sky blue?", "Write a Python function that reverses a string.",
            "List three tips for staying focused while studying."]
@@ -62,7 +62,7 @@ def test_a_spot_check_between_two_turns_keeps_the_target_s_cache(smol_pair, path
     """A drift check times the target on an empty cache; the chat's cache comes back (150
     positions: past what the check writes, and below it), and the next chunk's logits are
     a fresh prefill's."""
-    from models.profiler import spot_check
+    from models.fit.profiler import spot_check
 
     target = smol_pair.target if path == "eager" else StaticTarget(
         smol_pair.target_dir, "cpu", 512, "float32", compile=False)
@@ -80,7 +80,7 @@ def test_a_spot_check_between_two_turns_keeps_the_target_s_cache(smol_pair, path
 
 
 def test_spans_step_by_half_octaves_up_to_the_buffer():
-    from models.span_attention import span_for, spans
+    from models.target.attention import span_for, spans
 
     assert spans(8224) == [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 8224]
     assert spans(100) == [100] and spans(300) == [256, 300]

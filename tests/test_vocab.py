@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from core.align import IdentityVocab, MappedVocab, VocabSide
-from models.catalog import PairError
-from models.vocab_build import VocabMap
+from models.pairs.catalog import PairError
+from models.pairs.vocab_build import VocabMap
 from tests.fakes import LongestMatch
 
 TEXTS = {
@@ -30,10 +30,10 @@ def real(tmp_path_factory):
 
     from transformers import AutoTokenizer
 
-    from models.catalog import draft_path, get_pair, target_source
-    from models.convert import converted_dir
-    from models.draft_llama import LlamaDrafter
-    from models.vocab_build import build_vocab
+    from models.pairs.catalog import draft_path, get_pair, target_source
+    from models.pairs.convert import converted_dir
+    from models.draft.llama import LlamaDrafter
+    from models.pairs.vocab_build import build_vocab
 
     spec = get_pair("gemma-smol")
     tok = AutoTokenizer.from_pretrained(str(converted_dir(target_source(spec)[1])))
@@ -80,7 +80,7 @@ def test_report_counts_how_much_of_each_vocabulary_maps(real):
 
 def test_the_mapping_is_cached_on_disk_by_both_files(real):
     tok, drafter, vocab, cache = real
-    from models.vocab_build import build_vocab
+    from models.pairs.vocab_build import build_vocab
 
     files = list((cache / "vocab").glob("*.npz"))
     assert len(files) == 1
@@ -297,7 +297,7 @@ def test_stats_follow_translated_and_kept_tokens(real):
 
 # -- pairs that cannot work ------------------------------------------------------------------
 def test_identical_vocabularies_are_identity():
-    from models.vocab_build import _identical
+    from models.pairs.vocab_build import _identical
 
     side = VocabSide([b"a", b"b", b""], {2: "<eos>"}, {2})
     assert _identical(VocabMap(side, VocabSide(list(side.pieces), {2: "<eos>"}, {2})))
@@ -307,7 +307,7 @@ def test_identical_vocabularies_are_identity():
 def test_identity_is_byte_exact():
     """One id spelled differently, a control token renamed or in another place, or a real
     token on one side only: not identity. Padding past the shorter side is."""
-    from models.vocab_build import _identical
+    from models.pairs.vocab_build import _identical
 
     pieces = [bytes([c]) for c in b"abcdefgh"] + [b""]
     side = VocabSide(pieces, {8: "<eos>"}, {8})
@@ -324,7 +324,7 @@ def test_the_loader_decides_identity_from_the_bytes(monkeypatch):
     """The catalog's same_tokenizer is only a hint: the byte-exact analysis always runs."""
     from types import SimpleNamespace
 
-    import models.vocab_build as vb
+    import models.pairs.vocab_build as vb
     from models.loader import Pair
 
     calls = []
@@ -340,9 +340,9 @@ def test_same_vocabulary_from_hf_and_llama_cpp_is_identity(real, tmp_path, monke
     alike: the analysis says identity."""
     from transformers import AutoTokenizer
 
-    from models.catalog import get_pair, target_source
-    from models.convert import converted_dir
-    from models.vocab_build import build_vocab, hf_side, llama_side
+    from models.pairs.catalog import get_pair, target_source
+    from models.pairs.convert import converted_dir
+    from models.pairs.vocab_build import build_vocab, hf_side, llama_side
 
     _, drafter, _, _ = real
     smol = AutoTokenizer.from_pretrained(str(converted_dir(target_source(get_pair("smol-self"))[1])))
@@ -369,7 +369,7 @@ def test_a_normalizing_tokenizer_is_refused():
 
 def test_refusal_reaches_the_loader_as_a_pair_error(real, monkeypatch):
     tok, drafter, vocab, _ = real
-    import models.vocab_build as vb
+    import models.pairs.vocab_build as vb
 
     monkeypatch.setattr(vb.VocabMap, "problems", lambda self, *a: ["no shared text"])
     with pytest.raises(PairError, match="cannot be aligned: no shared text"):

@@ -2,7 +2,7 @@
 buffer written at absolute positions, and attends over its first `span` slots (a length
 bucket just past the filled length), never over the whole window, with grouped queries
 packed so K/V are never copied per head. Registered with transformers' AttentionInterface
-as "duo_span"; models/target_static.py drives it."""
+as "duo_span"; models/target/static.py drives it."""
 from __future__ import annotations
 
 import torch

@@ -16,7 +16,7 @@ import numpy as np
 from core.branching import BranchPolicy
 from core.budget import MAX_GAMMA, Profile
 from core.sampling import PositionRng, SamplingConfig
-from models.convert import cache_root
+from models.pairs.convert import cache_root
 
 GREEDY = SamplingConfig()
 MAX_SEQS = 4

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.catalog import PairError
+from models.pairs.catalog import PairError
 
 GIB = 1024 ** 3
 # Families whose MLP has two matrices (up, down); the rest (Llama, Qwen, Gemma, ...) gate with three.
 UNGATED_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
 KV_SLACK = 32          # the static cache holds n_ctx + the largest chunk bucket
-PREFILL_CHUNK = 512    # models/target_static.py prefills prompts in chunks of this many tokens
+PREFILL_CHUNK = 512    # models/target/static.py prefills prompts in chunks of this many tokens
 BUCKETS = (1, 2, 4, 8, 16, 32)  # decode chunks, one CUDA graph (and its pool) each
 LOGIT_ROWS = 33        # at most this many rows of logits at once (a verify chunk + 1)
 LOGIT_BYTES = 4 + 2 + 4 + 8  # per row and token: float32 logits, a bf16 copy, probabilities, sort index
@@ -183,6 +183,6 @@ def size_config(config: dict) -> dict:
 
 def trained_window(config: dict) -> int:
     """The context the target was trained for (max_position_embeddings; 4096 when not given):
-    the one bound of the window, for the picker (models/target_choice.py) and the targets."""
+    the one bound of the window, for the picker (models/target/choice.py) and the targets."""
     c = config.get("text_config") or config
     return int(c.get("max_position_embeddings") or 4096)

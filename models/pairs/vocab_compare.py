@@ -1,6 +1,6 @@
 """--add-pair's same-tokenizer check: the target's tokens (tokenizer.json, else transformers) compared
-id by id with the draft's (models/gguf_header.py), exactly. The load-time alignment is
-models/vocab_build.py, which decides identity again from the bytes."""
+id by id with the draft's (models/pairs/gguf_header.py), exactly. The load-time alignment is
+models/pairs/vocab_build.py, which decides identity again from the bytes."""
 from __future__ import annotations
 
 import json
@@ -30,7 +30,7 @@ def folder_vocab(folder: Path) -> list[str] | None:
 
 def compare_vocabs(target: list[str], draft: list[str]) -> tuple[bool, str]:
     """Same tokenizer only when every id both have is the same token, and the ids only one
-    has are padding ([PAD..], empty); no tolerance (the load-time check, models/vocab_build.py,
+    has are padding ([PAD..], empty); no tolerance (the load-time check, models/pairs/vocab_build.py,
     decides again byte by byte)."""
     real_t, real_d = _real(target), _real(draft)
     n = min(len(target), len(draft))

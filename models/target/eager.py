@@ -1,6 +1,6 @@
 """The eager target backend (the reference target path): a transformers causal LM on cuda
 (bf16) or the CPU (fp32) unless told otherwise, with a DynamicCache cropped back to any
-prefix. models/target_static.py is the fast path behind the same verbs."""
+prefix. models/target/static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
 import gc
@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
-from models.footprint import trained_window
-from models.sampling_torch import device_scores
+from models.fit.footprint import trained_window
+from models.target.sampling import device_scores
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -49,17 +49,17 @@ class TorchTarget:
         instead of loading `model_dir`, which then only names it; `quant` still applies."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
-        self.quant = quant  # weight-only: none, int8, int4 (models/quant.py)
+        self.quant = quant  # weight-only: none, int8, int4 (models/target/quant.py)
         if model is not None:
             self.model = model.to(DTYPES[self.dtype])
             if quant != "none":
-                from models.quant import quantize
+                from models.target.quant import quantize
                 quantize(self.model, quant, self.device, quant_group)
         elif quant == "none":
             self.model = AutoModelForCausalLM.from_pretrained(  # never pickle weights
                 str(model_dir), dtype=DTYPES[self.dtype], use_safetensors=True)
         else:
-            from models.quant import load_or_quantize
+            from models.target.quant import load_or_quantize
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
                                           quant_group, progress)
         self.model.to(self.device).eval()

@@ -13,8 +13,8 @@ from typing import Callable
 import numpy as np
 
 from core.align import IdentityVocab, MappedVocab, Tokenize, VocabSide
-from models.catalog import PairError
-from models.convert import cache_root, file_hash
+from models.pairs.catalog import PairError
+from models.pairs.convert import cache_root, file_hash
 
 log = logging.getLogger("duo.vocab")
 VERSION = 1  # bump when the extraction or the analysis changes: old cache files are ignored

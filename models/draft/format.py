@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.catalog import PairError
-from models.convert import cache_root, file_hash, say
+from models.pairs.catalog import PairError
+from models.pairs.convert import cache_root, file_hash, say
 
 FORMATS = ("original", "q8_0")
 EIGHT_BITS_OR_MORE = {"F32", "F16", "BF16", "Q8_0"}

@@ -8,8 +8,8 @@ from typing import Callable
 from huggingface_hub import hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from models.catalog import PairError
-from models.hub import HubConfig, hub_errors
+from models.pairs.catalog import PairError
+from models.pairs.hub import HubConfig, hub_errors
 
 GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                 10: "<Q", 11: "<q", 12: "<d"}

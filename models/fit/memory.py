@@ -1,5 +1,5 @@
 """Will the target fit? Free GPU memory or available RAM against what the target needs
-(models/footprint.py), and the precision and window picked from them, so the user gets a
+(models/fit/footprint.py), and the precision and window picked from them, so the user gets a
 sentence instead of an out-of-memory crash."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.catalog import PairError
-from models.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_bytes,  # noqa: F401
+from models.pairs.catalog import PairError
+from models.fit.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_bytes,  # noqa: F401
                               max_context, model_dims, size_config, trained_window)
 
 MEMINFO = Path("/proc/meminfo")
@@ -224,7 +224,7 @@ def target_config(s) -> dict:
     """The target's sizes: the catalog's target_config, or config.json of a downloaded target."""
     if isinstance(s.extra.get("target_config"), dict):
         return s.extra["target_config"]
-    from models.catalog import target_source
+    from models.pairs.catalog import target_source
 
     kind, folder = target_source(s)
     if kind != "hf":

@@ -3,14 +3,14 @@ target or the eager one) and the weights' precision (`--target-quant auto|none|i
 `auto` precision: the unquantized weights unless memory forces a smaller precision, on every
 device (a smaller one changes the answers: that trade stays the user's). `auto` path: compiled
 on cuda; on the CPU what timed faster here (both give the same float32 outputs), cached
-beside the budget profiles and timed again after a loaded start (models/profiler.measured)."""
+beside the budget profiles and timed again after a loaded start (models/fit/profiler.py.measured)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from core.sampling import SamplingConfig
-from models.memory import MIN_CTX, trained_window
+from models.fit.memory import MIN_CTX, trained_window
 
 COMPILE_CHOICES = ("auto", "on", "off")
 QUANT_CHOICES = ("auto", "none", "int8", "int4")
@@ -22,8 +22,8 @@ def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
              quant: str = "auto", group: int | None = None) -> tuple[int, str]:
     """(context window, why) for `--ctx-size`: what was asked, within the trained window; by
     default min(trained window, 8192), shrunk to what fits beside the best precision that still
-    holds 4096 tokens (models/memory.pick_window: weights, KV cache, working memory, margin)."""
-    from models.memory import DEFAULT_CTX, device_budget, model_dims, pick_window
+    holds 4096 tokens (models/fit/memory.py.pick_window: weights, KV cache, working memory, margin)."""
+    from models.fit.memory import DEFAULT_CTX, device_budget, model_dims, pick_window
 
     config = json.loads((Path(model_dir) / "config.json").read_text())
     trained = trained_window(config)
@@ -54,9 +54,9 @@ def check_ctx_size(asked: int, trained: int | None = None) -> None:
 
 def _running(device: str, dtype: str) -> tuple[str, ...]:
     """The precisions that run on this device in this dtype, best first."""
-    from models.memory import PRECISIONS
-    from models.quant import supported
-    from models.target_torch import DTYPES
+    from models.fit.memory import PRECISIONS
+    from models.target.quant import supported
+    from models.target.eager import DTYPES
 
     return tuple(k for k in PRECISIONS if supported(k, device, DTYPES[dtype])[0])
 
@@ -66,8 +66,8 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
                 quant_group: int | None = None, remeasure: bool = False):
     """The target for these options (`quant` already picked); `auto` on the CPU may time
     both paths first (again with `remeasure`)."""
-    from models.target_static import StaticTarget
-    from models.target_torch import TorchTarget
+    from models.target.static import StaticTarget
+    from models.target.eager import TorchTarget
 
     if compile not in COMPILE_CHOICES:
         raise ValueError(f"--target-compile must be one of {', '.join(COMPILE_CHOICES)}, "
@@ -111,7 +111,7 @@ def _why(compile: str, device: str, on: bool) -> str:
 def _cpu_prefers_compiled(model_dir: Path, dtype: str, n_ctx: int, progress=None,
                           remeasure: bool = False) -> bool:
     """True when the compiled forward timed faster than the eager one on this CPU."""
-    from models.profiler import machine_key, measured
+    from models.fit.profiler import machine_key, measured
 
     key = f"v4|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}"
     times = measured("target_paths.json", key, lambda: compare_paths(model_dir, dtype, n_ctx),
@@ -123,10 +123,10 @@ def _cpu_prefers_compiled(model_dir: Path, dtype: str, n_ctx: int, progress=None
 def compare_paths(model_dir: Path, dtype: str, n_ctx: int) -> dict:
     """The least forward time (s) at each PROBE_SIZES for both paths on the CPU, the two
     targets timed in turn, round by round."""
-    from models.memory import device_budget, model_dims
-    from models.profiler import interleaved, verify_once
-    from models.target_static import StaticTarget
-    from models.target_torch import TorchTarget
+    from models.fit.memory import device_budget, model_dims
+    from models.fit.profiler import interleaved, verify_once
+    from models.target.static import StaticTarget
+    from models.target.eager import TorchTarget
 
     makers = {"eager": lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype),
               "compiled": lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype,
@@ -156,9 +156,9 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
     a margin fit the free memory (unquantized > int8 > int4), on cuda and on the CPU alike:
     never a lossy one for speed. DoesNotFit (a PairError) says what would fit when nothing
     does."""
-    from models.memory import GIB, DoesNotFit, device_budget, model_dims, pick_quant
-    from models.quant import supported
-    from models.target_torch import DTYPES
+    from models.fit.memory import GIB, DoesNotFit, device_budget, model_dims, pick_quant
+    from models.target.quant import supported
+    from models.target.eager import DTYPES
 
     if choice not in QUANT_CHOICES:
         raise ValueError(f"--target-quant must be one of {', '.join(QUANT_CHOICES)}, "

@@ -1,6 +1,6 @@
 """Hub access through huggingface_hub: which files a pair needs, resumable downloads with progress bars,
 size/hash checks against the Hub's metadata, and the Hub's errors as one-line messages.
-(--add-pair reads tokens with models/gguf_header.py and compares them in models/vocab_compare.py.)"""
+(--add-pair reads tokens with models/pairs/gguf_header.py and compares them in models/pairs/vocab_compare.py.)"""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +17,7 @@ from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import errors as hf_errors
 from tqdm.auto import tqdm
 
-from models.catalog import PairError, cache_dir
+from models.pairs.catalog import PairError, cache_dir
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CONFIG_FILES = ("config.json", "generation_config.json")

@@ -1,6 +1,6 @@
 """The fast target path: K/V preallocated per layer and written at absolute positions, each
 forward attending only over a length bucket just past what the sequence holds
-(models/span_attention.py); verify chunks padded to a few sizes and compiled (CUDA graphs on
+(models/target/attention.py); verify chunks padded to a few sizes and compiled (CUDA graphs on
 cuda), one upload (position and ids) and one download (argmaxes, or what the sampled
 verifier needs) a round; long prompts prefilled eagerly in big chunks on the same buffers.
 
@@ -18,11 +18,11 @@ import torch
 from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
-from models import span_attention as span
-from models.convert import cache_root
-from models.footprint import BUCKETS, PREFILL_CHUNK  # the sizes the memory picker counts
-from models.sampling_torch import device_scores
-from models.target_torch import TorchTarget, _check_chunk
+from models.target import attention as span
+from models.pairs.convert import cache_root
+from models.fit.footprint import BUCKETS, PREFILL_CHUNK  # the sizes the memory picker counts
+from models.target.sampling import device_scores
+from models.target.eager import TorchTarget, _check_chunk
 
 
 

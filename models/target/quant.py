@@ -157,7 +157,7 @@ def load_or_quantize(model_dir: str | Path, kind: str, device: str, dtype: torch
     this machine, else loaded (on the CPU), quantized onto `device` and cached for next time."""
     from transformers import AutoModelForCausalLM
 
-    from models.convert import say
+    from models.pairs.convert import say
     folder = cache_dir(model_dir, kind, device, dtype, group)
     if kind != "none":
         t0 = time.perf_counter()
@@ -181,7 +181,7 @@ def load_or_quantize(model_dir: str | Path, kind: str, device: str, dtype: torch
 def cache_dir(model_dir: str | Path, kind: str, device: str, dtype: torch.dtype, group: int | None = None) -> Path:
     """Where the quantized copy of a model folder goes, named by the folder (a converted GGUF is
     named by its hash, a Hub snapshot by its commit) and a hash of its path."""
-    from models.convert import cache_root
+    from models.pairs.convert import cache_root
     folder = Path(model_dir).resolve()
     where = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
     g = f"-g{group}" if group and kind == "int4" else ""

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from core.sampling import SamplingConfig
-from models.catalog import draft_path, target_source
-from models.convert import converted_dir
-from models.draft_llama import extra_buffers_safe
+from models.pairs.catalog import draft_path, target_source
+from models.pairs.convert import converted_dir
+from models.draft.llama import extra_buffers_safe
 
 PEERS = ("hf-assisted", "hf-pld", "hf-static", "llamacpp")
 PLD_TOKENS = 10  # prompt_lookup_num_tokens

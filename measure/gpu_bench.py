@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from models.memory import kv_cache_bytes, model_dims
+from models.fit.memory import kv_cache_bytes, model_dims
 
 # Llama-3.1-8B's shape (random weights: nothing is downloaded or written)
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
@@ -39,7 +39,7 @@ def random_model(config: dict, device: str, dtype: torch.dtype):
 def model_source(which: str, device: str, dtype: str):
     """(name, built model or None, int4 group) of a report model: smol-self's converted
     weights, or random weights of the Llama-3.1-8B / tiny shape."""
-    from models.target_torch import DTYPES
+    from models.target.eager import DTYPES
 
     if which == "smol-self":
         return str(smol_dir(dtype)), None, 32
@@ -49,8 +49,8 @@ def model_source(which: str, device: str, dtype: str):
 
 def smol_dir(dtype: str) -> Path:
     """smol-self's target converted to safetensors in `dtype` (made on first use)."""
-    from models.catalog import get_pair, target_source
-    from models.convert import converted_dir
+    from models.pairs.catalog import get_pair, target_source
+    from models.pairs.convert import converted_dir
 
     return converted_dir(target_source(get_pair("smol-self"))[1], None, dtype)
 
@@ -64,8 +64,8 @@ def model_config(which: str, dtype: str) -> dict:
 def make_target(path: str, name: str, device: str, dtype: str, n_ctx: int, quant: str,
                 buckets: tuple[int, ...], model=None, group: int | None = None):
     """The target of one path ('eager', 'static' or 'compiled') on a built model or a folder."""
-    from models.target_static import StaticTarget
-    from models.target_torch import TorchTarget
+    from models.target.static import StaticTarget
+    from models.target.eager import TorchTarget
 
     if path == "eager":
         return TorchTarget(name, device, n_ctx, dtype, quant, group, None, model=model)

@@ -1,6 +1,6 @@
-"""The pair catalog: named draft/target pairs from models/pairs.json merged with the user's file,
+"""The pair catalog: named draft/target pairs from models/pairs/pairs.json merged with the user's file,
 and where each pair's files are on this machine (package, local path or the Hugging Face cache,
-whose location `cache_dir` is read here; models/hub.py downloads into it)."""
+whose location `cache_dir` is read here; models/pairs/hub.py downloads into it)."""
 from __future__ import annotations
 
 import importlib.util
