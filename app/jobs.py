@@ -33,9 +33,10 @@ class Gate:
 
 class Job:
     """A request's generations (one per choice, in order) in a worker thread; its events
-    arrive as (choice index, event), then None."""
+    arrive as (choice index, event), then None. `ids`: one prompt for every choice, or a list
+    of prompts, one per choice (a /v1/completions prompt list)."""
 
-    def __init__(self, host, name: str, ids: list[int], cfgs: list, gate: Gate):
+    def __init__(self, host, name: str, ids: list, cfgs: list, gate: Gate):
         self.host, self.name, self.ids, self.cfgs, self.gate = host, name, ids, cfgs, gate
         self.cancel = threading.Event()
         self.events: asyncio.Queue = asyncio.Queue()
@@ -51,7 +52,8 @@ class Job:
                 for i, cfg in enumerate(self.cfgs):
                     if self.cancel.is_set():  # the client left (maybe while waiting its turn)
                         return
-                    with closing(pair.generate(self.ids, cfg, stop=self.cancel.is_set)) as evs:
+                    ids = self.ids[i] if self.ids and isinstance(self.ids[0], list) else self.ids
+                    with closing(pair.generate(ids, cfg, stop=self.cancel.is_set)) as evs:
                         for ev in evs:
                             self._put((i, ev))
         except Exception as e:  # noqa: BLE001 - handed to the request, which reports it
