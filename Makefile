@@ -24,10 +24,13 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # Two workers, whole files each (a file's loaded models and oracle stay in one process),
-# in conftest's order (the slowest first).
+# in conftest's order (the slowest first). The ten slowest tests and the run's CPU seconds
+# (user + sys of pytest and its workers: what a slower host pays in wall time) end the log.
 WORKERS ?= 2
+CPU_TIME := $(shell test -x /usr/bin/time && echo "/usr/bin/time -f 'suite CPU: %U s user, %S s sys, %e s wall'")
 test: install browser
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder tests
+	$(CPU_TIME) $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=10 tests
 
 # On a CUDA machine. Prepared by ../shared/gpu (no venv there): make test-gpu RUNPY=python3
 RUNPY ?= $(BIN)/python
