@@ -3,6 +3,8 @@
   python scripts/download_models.py --list [--json]
   python scripts/download_models.py --pair NAME [--dry-run] [--local-dir DIR]
   python scripts/download_models.py --add-pair NAME --target REPO_OR_DIR --draft REPO:FILE_OR_PATH
+  python scripts/download_models.py --serve vllm|sglang|llama-server|all NAME [--gpus N]
+      [--draft-on cpu|gpu] [--draft-sampling greedy|probabilistic]   (print the serving-engine commands)
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.pairs import gguf_header, hub, vocab_compare  # noqa: E402
+from models.pairs import gguf_header, hub, serving, vocab_compare  # noqa: E402
 from models.pairs.catalog import (CATALOG_FILE, PairError, PairSpec, is_downloaded, load_catalog,  # noqa: E402
                             get_pair, read_entries, save_user_entry, weights_complete)
 from models.fit.memory import (DEFAULT_CTX, GIB, device_memory, estimate_bytes,  # noqa: E402
@@ -36,18 +38,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     act.add_argument("--list", action="store_true", help="table of pairs, sizes and what is on disk")
     act.add_argument("--pair", metavar="NAME", help="download the target and draft of this pair")
     act.add_argument("--add-pair", metavar="NAME", help="check and save your own pair to the user catalog")
+    act.add_argument("--serve", nargs=2, metavar=("ENGINE", "NAME"),
+                     help=f"print the commands that serve the pair on ENGINE ({', '.join(serving.ENGINES)} or all)")
     p.add_argument("--json", action="store_true", help="with --list: print a JSON list")
     p.add_argument("--dry-run", action="store_true", help="with --pair: show what would be downloaded")
     p.add_argument("--local-dir", metavar="DIR", help="with --pair: download into DIR instead of the Hub cache")
     p.add_argument("--target", metavar="REPO_OR_DIR", help="with --add-pair: Hub repo id or local model folder")
     p.add_argument("--draft", metavar="REPO:FILE_OR_PATH", help="with --add-pair: Hub GGUF as repo:file, or a .gguf")
+    p.add_argument("--gpus", type=int, metavar="N", help="with --serve: split the target over N GPUs")
+    p.add_argument("--draft-on", choices=serving.DRAFT_ON, help="with --serve llama-server: where the draft runs "
+                   "(default cpu, as in this app)")
+    p.add_argument("--draft-sampling", choices=serving.DRAFT_SAMPLING,
+                   help="with --serve: how the draft proposes (default greedy, each engine's default)")
     args = p.parse_args(argv)
     for flag, needs, ok in (("--json", "--list", args.list), ("--dry-run", "--pair", args.pair),
                             ("--local-dir", "--pair", args.pair), ("--target", "--add-pair", args.add_pair),
-                            ("--draft", "--add-pair", args.add_pair)):
-        if getattr(args, flag[2:].replace("-", "_")) and not ok:
+                            ("--draft", "--add-pair", args.add_pair), ("--gpus", "--serve", args.serve),
+                            ("--draft-on", "--serve", args.serve), ("--draft-sampling", "--serve", args.serve)):
+        if getattr(args, flag[2:].replace("-", "_")) not in (None, False) and not ok:
             p.error(f"{flag} goes with {needs}")
+    if args.serve:
+        check_serve_args(p, args)
     return args
+
+
+def check_serve_args(p: Parser, args: argparse.Namespace) -> None:
+    engine = args.serve[0]
+    if engine != "all" and engine not in serving.ENGINES:
+        p.error(f"unknown engine '{engine}' for --serve; choose from {', '.join(serving.ENGINES)} or all")
+    if args.draft_on and engine not in ("llama-server", "all"):
+        p.error("--draft-on goes with --serve llama-server (vLLM and SGLang run the draft beside the target)")
+    if args.gpus is not None and args.gpus < 1:
+        p.error("--gpus must be at least 1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             return list_pairs(args.json)
         if args.pair:
             return download_pair(args.pair, args.dry_run, args.local_dir)
+        if args.serve:
+            return serve_pair(*args.serve, gpus=args.gpus or 1, draft_on=args.draft_on,
+                              draft_sampling=args.draft_sampling or "greedy")
         return add_pair(args.add_pair, args.target, args.draft)
     except hub.VerifyError as e:
         return fail(str(e), 1)
@@ -187,6 +212,27 @@ def print_plan(cfg: hub.HubConfig, plans: list[hub.RepoPlan]) -> None:
     where = cfg.local_dir or cfg.cache_dir
     print(f"would download {total / 1e9:.2f} GB into {where}, {hub.free_disk(where) / 1e9:.1f} GB free "
           f"(dry run: nothing written)")
+
+
+# ---- --serve ----------------------------------------------------------------------------------
+
+def serve_pair(engine: str, name: str, gpus: int, draft_on: str | None, draft_sampling: str) -> int:
+    """Print the serving commands (all three engines for 'all', a refusal as a comment); exit 1 when
+    every engine asked for refuses the pair."""
+    spec = get_pair(name)
+    engines = list(serving.ENGINES) if engine == "all" else [engine]
+    blocks, refusals = [], []
+    for e in engines:
+        try:
+            blocks.append(serving.serve_command(spec, e, gpus, draft_on if e == "llama-server" else None,
+                                                draft_sampling))
+        except serving.ServingRefusal as refusal:
+            refusals.append(f"# {serving.ENGINES[e].title} {serving.ENGINES[e].version}: refused: {refusal}")
+    if not blocks:
+        return fail("; ".join(r.split(": refused: ", 1)[1] for r in refusals), 1)
+    print("\n\n".join(blocks + refusals))
+    print(f"\n{serving.WHEN_TO_MOVE}")
+    return 0
 
 
 # ---- --add-pair -------------------------------------------------------------------------------

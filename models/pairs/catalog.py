@@ -1,6 +1,7 @@
 """The pair catalog: named draft/target pairs from models/pairs/pairs.json merged with the user's file,
-and where each pair's files are on this machine (package, local path or the Hugging Face cache,
-whose location `cache_dir` is read here; models/pairs/hub.py downloads into it)."""
+where each pair's files are on this machine (package, local path or the Hugging Face cache, whose
+location `cache_dir` is read here; models/pairs/hub.py downloads into it), and the Hub repos that
+serve the same pair on a serving engine (`PairSpec.serve`, read by models/pairs/serving.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,6 +18,21 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 class PairError(ValueError):
     """A pair that is unknown or cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """The Hub files that serve a pair on a serving engine: the target and the draft as safetensors
+    repos (vLLM, SGLang) and as GGUF files (llama-server). Defaults come from the pair itself: a Hub
+    target is its own safetensors repo, a Hub draft its own GGUF; None where nothing is recorded."""
+    target_hf: str | None
+    draft_hf: str | None
+    target_gguf: dict | None
+    draft_gguf: dict | None
+    target_vocab_size: int | None
+    draft_vocab_size: int | None
+    gated_repos: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,17 @@ class PairSpec:
     @property
     def user(self) -> bool:
         return bool(self.extra.get("user", False))
+
+    @property
+    def serve(self) -> ServeSpec:
+        """The entry's 'serve' object with its defaults (see ServeSpec)."""
+        s = self.extra.get("serve") or {}
+        target_hf = s.get("target_hf") or self.target.get("repo")
+        hub_draft = {"repo": self.draft["repo"], "file": self.draft["file"]} if "repo" in self.draft else None
+        default_gated = (target_hf,) if self.gated and target_hf else ()
+        return ServeSpec(target_hf, s.get("draft_hf"), s.get("target_gguf"), s.get("draft_gguf") or hub_draft,
+                         (self.extra.get("target_config") or {}).get("vocab_size"), s.get("draft_vocab_size"),
+                         tuple(s.get("gated_repos", default_gated)), tuple(s.get("sources", ())))
 
 
 def user_catalog_file() -> Path:
@@ -97,6 +124,22 @@ def check_entry(e: dict, where: Path | str = "catalog") -> None:
     draft = e["draft"]
     if "repo" in draft and "path" not in draft and not str(draft.get("file", "")).endswith(".gguf"):
         raise PairError(f"{where}: pair '{name}': draft 'file' must name a .gguf in {draft['repo']}")
+    if "serve" in e:
+        _check_serve(e["serve"], f"{where}: pair '{name}'")
+
+
+def _check_serve(s, where: str) -> None:
+    """A 'serve' object: repo ids as strings, GGUF files as {'repo', 'file': '*.gguf'}."""
+    if not isinstance(s, dict):
+        raise PairError(f"{where}: 'serve' must be an object")
+    for key in ("target_hf", "draft_hf"):
+        if key in s and not (isinstance(s[key], str) and "/" in s[key]):
+            raise PairError(f"{where}: serve '{key}' must be a Hub repo id (org/name)")
+    for key in ("target_gguf", "draft_gguf"):
+        part = s.get(key)
+        if part is not None and not (isinstance(part, dict) and isinstance(part.get("repo"), str)
+                                     and str(part.get("file", "")).endswith(".gguf")):
+            raise PairError(f"{where}: serve '{key}' needs 'repo' and a .gguf 'file'")
 
 
 def save_user_entry(entry: dict) -> Path:
