@@ -1,19 +1,21 @@
 """Benchmark methods side by side on Spec-Bench style prompts; writes DIR/results.json,
-DIR/figure1.png and prints a markdown table.
+DIR/figure1.png and prints markdown tables (per method and category; ratios between methods).
 
-Methods: vanilla, sps, duo, plus duo variants for the multi-sequence comparison:
-duo-single (one sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no
-pre-drafting of rejection outcomes), the rejection sampler
-(sps-rejection, duo-rejection; the others use --sampler), and peers on the same target:
-hf-assisted (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt
-lookup), hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone).
+Methods: vanilla, sps, duo, lookup (model-free drafts alone), plus duo variants: duo-single (one
+sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no pre-drafting of rejection
+outcomes), duo-nolookup (no lookup drafts), the rejection sampler (sps-rejection,
+duo-rejection; the others use --sampler), and peers on the same target: hf-assisted
+(transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt lookup),
+hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone),
+llamacpp-lookup (the same with llama.cpp's prompt-lookup drafts).
 NAME-json (vanilla-json, sps-json, duo-json): NAME under --response-format FILE (an OpenAI
-response_format); compared with vanilla-json, and counted for finish `stop` with valid JSON."""
+response_format); compared with vanilla-json, and counted for finish `stop` with valid JSON.
+Each measured run starts with the app's cross-request lookup memory empty, except under
+--replay (docs/lookup.md)."""
 from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -26,12 +28,15 @@ from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E
                      gen_config, load_options, quiet_logs)
 from core.engine import METHODS  # noqa: E402
 from models.pairs.catalog import PairError, get_pair  # noqa: E402
+from measure.bench_summary import (aggregate, markdown, ratio_pairs, ratios,  # noqa: E402,F401
+                                   summarize)
 from measure.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
+from measure.replay import CHANGES, forget, replay_config, run_replay  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
             "sps-rejection": {"method": "sps", "sampler": "rejection"},
-            "duo-nopredraft": {"predraft": False}}
+            "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"}}
 
 
 def parse(argv=None):
@@ -46,11 +51,24 @@ def parse(argv=None):
                    help="JSON file with an OpenAI response_format, for the NAME-json methods")
     p.add_argument("--figure1-lengths", default="64,128,256,512,1024,2048",
                    help="input lengths for figure 1 ('' to skip)")
+    p.add_argument("--ratios", default="", metavar="A/B,...",
+                   help="method pairs to compare (median per-prompt tokens/s ratio); default: "
+                        "the first method over each other one (--replay: pass 2 over pass 1)")
+    p.add_argument("--replay", action="store_true",
+                   help="send the question list twice in one process, the lookup memory kept "
+                        "between the passes, with --replay-change between them")
+    p.add_argument("--replay-change", choices=CHANGES, default="edit",
+                   help="what pass 2 changes: edit (a sentence appended to each prompt) or "
+                        "seed (another seed; needs --temperature > 0)")
     add_decoding_args(p)
     return p.parse_args(argv)
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
+    """Questions in order, at most `limit` a category. A question's prompt is its first turn;
+    with "answers" (the earlier turns' replies, written out) it is the conversation up to
+    the turn after the last answer (Spec-Bench's second turns without answers are left out,
+    as before)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
@@ -61,14 +79,28 @@ def load_questions(path: str, limit: int) -> list[dict]:
             continue
         try:
             q = json.loads(line)
-            item = {"id": q["question_id"], "category": q["category"], "prompt": q["turns"][0]}
+            item = {"id": q["question_id"], "category": q["category"],
+                    "prompt": _prompt(q["turns"], q.get("answers") or [])}
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ValueError(f"{path}:{n}: expected question_id, category, turns") from None
+            raise ValueError(f"{path}:{n}: expected question_id, category, turns (and "
+                             "answers: fewer than the turns)") from None
         if not limit or len(per_cat[item["category"]]) < limit:
             per_cat[item["category"]].append(item)
     if not per_cat:
         raise ValueError(f"no questions in '{path}'")
     return [q for qs in per_cat.values() for q in qs]
+
+
+def _prompt(turns: list[str], answers: list[str]) -> str | list[dict]:
+    """The first turn alone, or the turns and their given answers, then the next turn."""
+    if not all(isinstance(t, str) for t in turns + answers) or len(answers) >= len(turns):
+        raise ValueError("turns and answers are strings, fewer answers than turns")
+    if not answers:
+        return turns[0]
+    out = []
+    for question, answer in zip(turns, answers):
+        out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return out + [{"role": "user", "content": turns[len(answers)]}]
 
 
 def method_config(args, name: str):
@@ -124,12 +156,14 @@ def run_one(pair, ids, cfg) -> dict:
 
 def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]:
     """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
-    alike. `save(results)` after each prompt: a run that dies part-way keeps what it measured."""
-    for pair, cfg in runs.values():  # warm-up (and the one-time budget profile)
-        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
+    alike; each run starts with the lookup memory empty (the method before it on the same
+    prompt would otherwise have left its answer there). `save(results)` after each prompt: a
+    run that dies part-way keeps what it measured."""
+    warm_up(runs, raw)
     results: dict[str, list] = {label: [] for label in runs}
     for i, q in enumerate(questions, 1):
         for label, (pair, cfg) in runs.items():
+            forget(pair)
             s = run_one(pair, pair.prompt_ids(q["prompt"], raw=raw), cfg)
             s["category"], s["question_id"] = q["category"], q["id"]
             results[label].append(s)
@@ -140,105 +174,14 @@ def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]
     return results
 
 
+def warm_up(runs: dict, raw: bool) -> None:
+    """One short run each (and the one-time budget profile); not measured."""
+    for pair, cfg in runs.values():
+        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
+
+
 def _short(cfg):
     return replace(cfg, max_new_tokens=min(16, cfg.max_new_tokens))
-
-
-def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
-    """Totals over prompts; a prompt with no new tokens counts (its time too), and has no
-    TTFT to take a median of."""
-    tokens = sum(r["new_tokens"] for r in runs)
-    wall = sum(r["wall_s"] for r in runs)
-    drafted = sum(r["drafted"] for r in runs)
-    rounds = sum(r["rounds"] for r in runs)
-    out = {"prompts": len(runs), "new_tokens": tokens, "wall_s": wall,
-           "empty_outputs": sum(r["new_tokens"] == 0 for r in runs),
-           "tokens_per_s": _ratio(tokens, wall),
-           "ttft_s": _ttft(runs),
-           "acceptance_rate": _ratio(sum(r["accepted"] for r in runs), drafted),
-           "mean_accepted_per_round": _ratio(sum(r["accepted"] for r in runs), rounds),
-           "overlap_efficiency": _overlap(runs),
-           "draft_busy_s": sum(r.get("draft_busy_s", 0.0) for r in runs),
-           "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
-           "gammas_used": _merge(r.get("gammas_used", {}) for r in runs),
-           "seq_hist": _merge(r.get("seq_hist", {}) for r in runs),
-           **_predraft(runs)}
-    if any("stop_and_valid" in r for r in runs):
-        out["stop_and_valid_json"] = sum(r.get("stop_and_valid", False) for r in runs)
-    if base:
-        b_tok, b_wall = sum(r["new_tokens"] for r in base), sum(r["wall_s"] for r in base)
-        out["speedup"] = _ratio(out["tokens_per_s"], _ratio(b_tok, b_wall))
-        ratios = [r["tokens_per_s"] / v["tokens_per_s"] for r, v in zip(runs, base)
-                  if v["tokens_per_s"]]
-        out["speedup_median"] = statistics.median(ratios) if ratios else 0.0
-        out["ttft_ratio"] = _ratio(out["ttft_s"], _ttft(base))
-        out["identical_to_vanilla"] = sum(r["token_ids"] == v["token_ids"]
-                                          for r, v in zip(runs, base))
-    return out
-
-
-def _predraft(runs: list[dict]) -> dict:
-    """Pre-drafting (duo): outcomes per pre-drafting round, and the share of rejections whose
-    next draft was ready (each one a plain step removed)."""
-    total = {k: sum(r.get(k, 0) for r in runs) for k in (
-        "predraft_rounds", "predraft_outcomes", "rejections", "predraft_hits",
-        "rejection_idle_s")}
-    return {**total, "predraft_per_round": _ratio(total["predraft_outcomes"],
-                                                  total["predraft_rounds"]),
-            "predraft_hit_rate": _ratio(total["predraft_hits"], total["rejections"])}
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else 0.0
-
-
-def _ttft(runs: list[dict]) -> float:
-    """Median TTFT over the prompts that gave a token (0.0 when none did)."""
-    times = [r["ttft_s"] for r in runs if r["new_tokens"] > 0]
-    return statistics.median(times) if times else 0.0
-
-
-def _overlap(runs: list[dict]) -> float:
-    wall = sum(r.get("round_wall_s", 0.0) for r in runs)
-    return min(1.0, sum(r.get("overlap_busy_s", 0.0) for r in runs) / wall) if wall else 0.0
-
-
-def _merge(dicts) -> dict:
-    total: dict = defaultdict(int)
-    for d in dicts:
-        for k, v in d.items():
-            total[str(k)] += v
-    return dict(sorted(total.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
-
-
-def summarize(results: dict[str, list]) -> dict:
-    """Per method; NAME-json methods are compared with vanilla-json, the others with vanilla."""
-    out = {}
-    for m, runs in results.items():
-        base = results.get("vanilla-json" if m.endswith("-json") else "vanilla")
-        cats = sorted({r["category"] for r in runs})
-        by = {c: [r for r in runs if r["category"] == c] for c in cats}
-        bby = {c: [r for r in base if r["category"] == c] for c in cats} if base else {}
-        out[m] = {"overall": aggregate(runs, base),
-                  "categories": {c: aggregate(by[c], bby.get(c)) for c in cats}}
-    return out
-
-
-def markdown(summary: dict) -> str:
-    rows = ["| method | category | tokens/s | speed-up | TTFT s | acceptance | accepted/round"
-            " | overlap |", "|---|---|---|---|---|---|---|---|"]
-    for m, s in summary.items():
-        for cat, st in list(s["categories"].items()) + [("**overall**", s["overall"])]:
-            rows.append(f"| {m} | {cat} | {st['tokens_per_s']:.1f} | {st.get('speedup', 1.0):.2f}"
-                        f" | {st['ttft_s']:.3f} | {st['acceptance_rate']:.2f}"
-                        f" | {st['mean_accepted_per_round']:.2f} | {st['overlap_efficiency']:.2f} |")
-    for m, s in summary.items():
-        st = s["overall"]
-        if "stop_and_valid_json" in st:
-            rows.append(f"\n{m}: {st['stop_and_valid_json']} of {st['prompts']} ended with stop "
-                        f"and valid JSON; {st.get('identical_to_vanilla', '-')} equal to "
-                        "vanilla-json")
-    return "\n".join(rows)
 
 
 def machine(pair, methods) -> dict:
@@ -247,9 +190,18 @@ def machine(pair, methods) -> dict:
             "torch": torch.__version__, "target_device": pair.target.device_name(),
             "target_dtype": pair.target.dtype, "target_path": pair.target.path,
             "target_compile": pair.target.compile_choice,
-            "threads": {m: dict(zip(("draft", "target"), pair.threads_for(m.split("-")[0])))
-                        for m in methods},
+            "threads": {m: method_threads(pair, m) for m in methods},
             "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def method_threads(pair, name: str) -> dict:
+    """The threads a method runs on: the placement's for the engine's methods (and their
+    variants), every core for the peers (each runs alone: models/loader.py is not asked)."""
+    base = name[:-5] if name.endswith("-json") else name
+    if base in PEERS:
+        return {"target": pair.opts.cores}
+    base = base if base in METHODS else VARIANTS.get(base, {}).get("method", "duo")
+    return pair.threads(base).to_dict()
 
 
 def _cpu() -> str:
@@ -296,7 +248,10 @@ def main(argv=None) -> None:
         if not methods:
             raise ValueError("--methods names no method")
         for m in methods:
-            method_config(args, m)
+            cfg = method_config(args, m)
+            if args.replay:
+                replay_config(cfg, args.replay_change)
+        pairs = ratio_pairs(labels(methods, args.replay), args.ratios)
         questions = load_questions(args.questions, args.limit_per_category)
         lengths = parse_lengths(args.figure1_lengths)
         get_pair(args.pair)
@@ -312,22 +267,36 @@ def main(argv=None) -> None:
         fail(str(e))
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     runs = {m: (pair, method_config(args, m)) for m in methods}
-    head = {"machine": machine(pair, methods),
+    head = {"machine": machine(pair, methods), "pairs": pairs,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                         "questions": args.questions, "prompts": len(questions)}}
-    results = run_all(runs, questions, args.raw, log,
-                      save=lambda res: write_results(out, head, res, complete=False))
+                         "questions": args.questions, "prompts": len(questions),
+                         "replay": args.replay_change if args.replay else None}}
+    save = lambda res: write_results(out, head, res, complete=False)  # noqa: E731
+    if args.replay:
+        warm_up(runs, args.raw)
+        results = run_replay(runs, questions, args.raw, args.replay_change, run_one, log, save)
+    else:
+        results = run_all(runs, questions, args.raw, log, save=save)
     report = write_results(out, head, results, complete=True)  # before the figure
-    print(markdown(report["methods"]), flush=True)
+    print(markdown(report["methods"], report["ratios"]), flush=True)
     if lengths:
         report["figure1"] = figure1(pair, lengths, out / "figure1.png")
         (out / "results.json").write_text(json.dumps(report, indent=1))
 
 
+def labels(methods: list[str], replay: bool) -> list[str]:
+    """The result labels: the methods, or each method's two replay passes."""
+    return [f"{m}#{n}" for m in methods for n in (1, 2)] if replay else methods
+
+
 def write_results(out: Path, head: dict, results: dict[str, list], complete: bool) -> dict:
-    """DIR/results.json with what was measured so far (`complete`: every prompt ran)."""
+    """DIR/results.json with what was measured so far (`complete`: every prompt ran), with
+    the ratios between methods (head["pairs"], else ratio_pairs' default)."""
     done = min((len(r) for r in results.values()), default=0)
-    report = dict(head, methods=summarize({m: r[:done] for m, r in results.items()}),
+    cut = {m: r[:done] for m, r in results.items()}
+    pairs = [(a, b) for a, b in head.get("pairs") or ratio_pairs(list(cut))
+             if a in cut and b in cut]
+    report = dict(head, methods=summarize(cut), ratios=ratios(cut, pairs),
                   complete=complete, prompts_done=done)
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))
