@@ -92,7 +92,7 @@ def _vllm(spec: PairSpec, s: ServeSpec, gpus: int, draft_sampling: str) -> tuple
                 f"currently only supports greedy draft sampling'); drop --draft-sampling probabilistic")
         config["use_heterogeneous_vocab"] = True
         notes.append(f"# {_vocab_gap(spec, s)}: use_heterogeneous_vocab drafts from the shared tokens (TLI, "
-                     f"lossless); vLLM drafts greedily there (no probabilistic draft sampling)")
+                     f"lossless), with greedy draft sampling only")
     elif draft_sampling == "probabilistic":
         config["draft_sample_method"] = "probabilistic"
     opts = [["--speculative-config", json.dumps(config)], ["--max-model-len", str(_window(spec))],
