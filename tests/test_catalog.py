@@ -89,6 +89,33 @@ def test_hub_pairs_carry_every_field(user_file, name):
     assert not catalog.is_downloaded(p)
 
 
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_every_pair_records_its_serving_files(user_file, name):
+    s = catalog.get_pair(name).serve
+    assert hub.REPO_ID.match(s.target_hf) and hub.REPO_ID.match(s.draft_hf)
+    for gguf in (s.target_gguf, s.draft_gguf):
+        assert hub.REPO_ID.match(gguf["repo"]) and gguf["file"].endswith(".gguf")
+    assert isinstance(s.target_vocab_size, int) and isinstance(s.draft_vocab_size, int) and s.sources
+
+
+def test_serving_defaults_come_from_the_pair(user_file):
+    llama = catalog.get_pair("llama2-7b-68m").serve
+    assert llama.target_hf == "meta-llama/Llama-2-7b-hf" and llama.gated_repos == ("meta-llama/Llama-2-7b-hf",)
+    assert llama.draft_gguf == {"repo": "afrideva/Llama-68M-Chat-v1-GGUF", "file": "llama-68m-chat-v1.q8_0.gguf"}
+    mine = catalog.PairSpec("mine", {"repo": "org/t"}, {"path": "/d.gguf"}).serve
+    assert (mine.target_hf, mine.draft_hf, mine.target_gguf, mine.draft_gguf, mine.gated_repos) == \
+        ("org/t", None, None, None, ())
+
+
+@pytest.mark.parametrize("serve,message", [([], "'serve' must be an object"),
+                                           ({"draft_hf": "nope"}, "'draft_hf' must be a Hub repo id"),
+                                           ({"target_gguf": {"repo": "a/b", "file": "x.bin"}}, "'target_gguf' needs")])
+def test_bad_serving_entries_are_refused(serve, message):
+    entry = {"name": "x", "target": {"repo": "a/b"}, "draft": {"repo": "a/c", "file": "d.gguf"}, "serve": serve}
+    with pytest.raises(PairError, match=message):
+        catalog.check_entry(entry)
+
+
 def test_gpu_sizes_match_the_estimator():
     assert memory.estimate_bytes(LLAMA2_7B) / memory.GIB == pytest.approx(13.8, abs=0.05)
     assert memory.estimate_bytes(QWEN25_7B) / memory.GIB == pytest.approx(15.6, abs=0.05)
