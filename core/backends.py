@@ -13,15 +13,58 @@ from core.logprobs import Logprobs
 from core.sampling import Noise, SamplingConfig
 
 
+class QRows:
+    """q_draft rows of a draft that holds lookup tokens: a lookup token's row is one-hot on it
+    (stored as the token id: no vocabulary-wide row is made), a model token's row is dense.
+    Indexed like the dense array: q[i, tok], q[i] (a row: an array, or the one-hot token),
+    q[a:b]."""
+
+    def __init__(self, rows: list):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return QRows(self.rows[key])
+        if isinstance(key, tuple):
+            row, tok = self.rows[key[0]], int(key[1])
+            return float(row == tok) if _one_hot(row) else float(row[tok])
+        return self.rows[key]
+
+    def parts(self) -> tuple[list[int], np.ndarray | None, list[int], list[int]]:
+        """(positions of dense rows, those rows stacked, positions of one-hot rows, their
+        tokens): what a device needs to build the rows itself."""
+        dense = [i for i, r in enumerate(self.rows) if not _one_hot(r)]
+        hot = [i for i, r in enumerate(self.rows) if _one_hot(r)]
+        stacked = np.stack([self.rows[i] for i in dense]) if dense else None
+        return dense, stacked, hot, [int(self.rows[i]) for i in hot]
+
+
+def _one_hot(row) -> bool:
+    return isinstance(row, (int, np.integer))
+
+
+def q_rows(q_draft) -> list:
+    """The rows of a dense array or a QRows, as a list (one-hot rows stay token ids)."""
+    return [] if q_draft is None else list(q_draft.rows if isinstance(q_draft, QRows)
+                                           else q_draft)
+
+
 @dataclass
 class Draft:
     """Draft tokens (target ids) proposed after some context, with their q_draft rows: what the
     verifier reads."""
     tokens: list[int] = field(default_factory=list)
-    q_draft: np.ndarray | None = None  # (len(tokens), target vocab); None when greedy
+    # (len(tokens), target vocab), or QRows when lookup tokens are in it; None when greedy
+    q_draft: np.ndarray | QRows | None = None
     # per token, the draft's top candidates there (target ids, probabilities, best first):
     # where the draft was unsure, for pre-drafting (filled when a drafter is asked to)
     ranked: list[tuple[list[int], list[float]]] | None = None
+    # per token, who proposed it: "draft" (the model) or "lookup"; None: all the model's
+    origins: list[str] | None = None
+    conf: list[float] | None = None  # per token, the lookup's confidence (model's: 0.0)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -29,7 +72,22 @@ class Draft:
     def tail(self, start: int) -> "Draft":
         q = None if self.q_draft is None else self.q_draft[start:]
         ranked = None if self.ranked is None else self.ranked[start:]
-        return Draft(self.tokens[start:], q, ranked)
+        origins = None if self.origins is None else self.origins[start:]
+        conf = None if self.conf is None else self.conf[start:]
+        return Draft(self.tokens[start:], q, ranked, origins, conf)
+
+    def sources(self) -> list[str]:
+        return self.origins if self.origins is not None else ["draft"] * len(self.tokens)
+
+    def n_lookup(self) -> int:
+        return self.sources().count("lookup")
+
+    def plus(self, tokens: list[int], conf: list[float], sampled: bool) -> "Draft":
+        """This draft followed by lookup tokens (one-hot q rows when sampling)."""
+        q = QRows(q_rows(self.q_draft) + [int(t) for t in tokens]) if sampled else None
+        return Draft(self.tokens + list(tokens), q, self.ranked,
+                     self.sources() + ["lookup"] * len(tokens),
+                     (self.conf or [0.0] * len(self)) + list(conf))
 
 
 @dataclass
@@ -87,7 +145,7 @@ class SampleCheck:
     device: the draft tokens, their q_draft rows, the noise, and the first draft position.
     `coupled`: the target only draws each row with the noise (q_draft is not needed)."""
     draft: list[int]
-    q_draft: np.ndarray | None  # (len(draft), target vocab)
+    q_draft: np.ndarray | QRows | None  # (len(draft), target vocab)
     noise: Noise
     base: int
     coupled: bool = False

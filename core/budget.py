@@ -9,6 +9,7 @@ For `sps` the two run one after the other.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 MAX_GAMMA = 32
@@ -176,6 +177,46 @@ class DraftBudget:
                 f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),
                 "draft_scale": round(self.draft_scale, 3),
                 "verify_scale": round(self.verify_scale, 3), "profile": self.profile.to_dict()}
+
+
+BAND_EDGES = (0.3, 0.6, 0.8, 0.9)  # lookup confidence bands: <0.3, 0.3-0.6, ..., >=0.9
+BAND_PRIOR = (0.15, 0.4, 0.6, 0.75, 0.85)  # pass rates before any is measured
+
+
+class LookupBands:
+    """The suffix index's pass rate per confidence band (a token's `Lookup.conf`), learned
+    apart from the model draft's alpha: P(token passes | the tokens before it passed)."""
+
+    def __init__(self, alpha: list[float] | None = None, ema: float = 0.2):
+        self.alpha = list(alpha) if alpha else list(BAND_PRIOR)
+        self.ema = ema
+
+    @staticmethod
+    def band(conf: float) -> int:
+        return bisect.bisect_right(BAND_EDGES, conf)
+
+    def pass_probs(self, conf: list[float]) -> list[float]:
+        return [self.alpha[self.band(c)] for c in conf]
+
+    def observe(self, conf: list[float], accepted: int) -> None:
+        """Tokens before the first rejected one passed; that one failed; later ones were not
+        tried."""
+        for i, c in enumerate(conf[:accepted + 1]):
+            b = self.band(c)
+            self.alpha[b] += self.ema * (float(i < accepted) - self.alpha[b])
+
+    def state(self) -> list[float]:
+        return list(self.alpha)
+
+
+def expected_tokens(probs: list[float]) -> tuple[float, float]:
+    """(expected tokens of a round that verifies a draft with these conditional pass rates,
+    including the target's own; the chance that all pass)."""
+    reach, total = 1.0, 1.0
+    for a in probs:
+        reach *= a
+        total += reach
+    return total, reach
 
 
 def _stationary3(t) -> tuple[float, float, float]:

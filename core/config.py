@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from core.constraints import check_adjustments
 from core.sampling import SAMPLERS, SamplingConfig, check_finite
 
-METHODS = ("vanilla", "sps", "duo")
+METHODS = ("vanilla", "sps", "duo", "lookup")  # lookup: the target and the suffix index alone
+LOOKUP_CHOICES = ("auto", "on", "off")  # auto: priced each round; on: whenever it proposes
 
 
 @dataclass
@@ -33,12 +34,14 @@ class GenConfig:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: int | None = None  # report logprobs with this many alternatives per token
+    lookup: str = "auto"  # duo and lookup: suffix-index drafts (core/suffix.py); sps: model only
 
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method '{self.method}'; known: {', '.join(METHODS)}")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler '{self.sampler}'; known: {', '.join(SAMPLERS)}")
+        self._check_lookup()
         check_finite("--theta-scale", self.theta_scale)
         if self.draft_timeout_s is not None and not self.draft_timeout_s > 0:
             raise ValueError(f"draft_timeout_s must be > 0 or None, got {self.draft_timeout_s}")
@@ -55,3 +58,16 @@ class GenConfig:
         self.sampling.validate()
         check_adjustments(self.logit_bias, self.presence_penalty, self.frequency_penalty,
                           self.logprobs)
+
+    def _check_lookup(self) -> None:
+        if self.lookup not in LOOKUP_CHOICES:
+            raise ValueError(f"unknown lookup '{self.lookup}'; known: {', '.join(LOOKUP_CHOICES)}")
+        if self.method == "lookup" and self.lookup == "off":
+            raise ValueError("lookup 'off' leaves method 'lookup' nothing to draft with")
+        if self.method in ("vanilla", "sps") and self.lookup == "on":
+            raise ValueError(f"lookup 'on' applies to duo and lookup, not {self.method} (which "
+                             "drafts with the model only)")
+
+    @property
+    def uses_lookup(self) -> bool:
+        return self.method in ("duo", "lookup") and self.lookup != "off"

@@ -1,28 +1,33 @@
-"""The decoding methods: `vanilla` (target only, the oracle), `sps` (draft then verify) and
-`duo` (draft the next chunk while the target verifies this one). Each is a generator of
-Events, so streaming is free; core/telemetry.py gathers the stats beside them."""
+"""The decoding methods: `vanilla` (target only, the oracle), `sps` (draft then verify), `duo`
+(draft the next chunk while the target verifies this one; with the suffix index's lookup
+fused in, core/fusion.py) and `lookup` (the target and the index alone). Each is a generator
+of Events, so streaming is free; core/telemetry.py gathers the stats beside them."""
 from __future__ import annotations
 
 import time
-from contextlib import closing, contextmanager
+from contextlib import closing
 from typing import Callable, Iterator
 
-
 from core.align import common_prefix
-from core.backends import Draft, Drafter, Plan, SampleCheck, Target, TargetOutOfMemory
-from core.branching import BranchPolicy, FirstTokenOdds
+from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
+from core.branching import FirstTokenOdds
 from core.budget import DraftBudget, Profile
 from core.config import METHODS, GenConfig  # noqa: F401 - callers import them from here
 from core.constraints import Grammar, Penalties, adjuster
+from core.fusion import LookupPolicy
 from core.logprobs import emitted
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.predraft import PredraftPolicy
+from core.rounds import (branch_policy, close_worker, flat_profile, plain_round,
+                         predraft_plan, prefill_alone, prefill_draft)
+from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.scheduler import Drafted, DraftWorker
+from core.suffix import ContextLookup, SuffixMemory
 from core.telemetry import Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
+
 
 class Run:
     """One generation: the context, the output, the stats, and the verify step."""
@@ -47,6 +52,7 @@ class Run:
         self.t0 = time.perf_counter()
         self.odds = odds if odds is not None else FirstTokenOdds()
         self.telemetry = Telemetry(self.stats, self.t0, self.odds)
+        self.lookup: LookupPolicy | None = None  # duo and lookup: the suffix index (generate)
         keep = cached_prefix(target, prompt) if cfg.cache_prompt else 0
         target.rollback(keep)
         self.stats.prompt_tokens, self.stats.cached_tokens = len(prompt), keep
@@ -79,8 +85,10 @@ class Run:
         self.ctx += new
         lp = None if self.logprobs is None else emitted(self.logprobs, draft.tokens,
                                                         verdict.accepted, verdict.token)
-        ev = self.out.push(new, ["draft"] * verdict.accepted + ["target"], lp)
-        self.telemetry.emitted(ev.tokens)
+        if self.lookup is not None:
+            self.lookup.extend(new)
+        ev = self.out.push(new, draft.sources()[:verdict.accepted] + ["target"], lp)
+        self.telemetry.emitted(ev.tokens, ev.sources)
         return ev
 
     def finish(self, last: Event) -> Event:
@@ -101,25 +109,32 @@ class Run:
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
-             learned: Learned | None = None, grammar: Grammar | None = None) -> Iterator[Event]:
+             learned: Learned | None = None, grammar: Grammar | None = None,
+             lookup_memory: SuffixMemory | None = None) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `learned`: what earlier generations of this pair
-    learned (budget, first-token odds, draft health), updated in place. The target keeps
-    what it holds of the prompt (cfg.cache_prompt). `grammar`: cfg.response_format compiled
-    (models/grammar.py), fresh for this generation."""
+    learned (budget, first-token odds, draft health, lookup bands), updated in place. The
+    target keeps what it holds of the prompt (cfg.cache_prompt). `grammar`:
+    cfg.response_format compiled (models/grammar.py), fresh for this generation.
+    `lookup_memory`: earlier requests the lookup consults beside this context (read only)."""
     learned = learned if learned is not None else Learned()
-    if cfg.method != "vanilla" and drafter is None:
+    if cfg.method not in ("vanilla", "lookup") and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     run = Run(target, prompt, cfg, decode, learned.odds, grammar)
     run.learned = learned
-    loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo}[cfg.method]
+    loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo, "lookup": _lookup}[cfg.method]
     budget = None
     if cfg.method != "vanilla":
-        budget = learned.budget(cfg.method, profile or _flat_profile(),
+        budget = learned.budget(cfg.method, profile or flat_profile(),
                                 overlap=cfg.method == "duo", fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
-        loop = loop if _draft_ready(run, drafter) else _vanilla
+        if cfg.uses_lookup:
+            run.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
+                                      learned.bands(cfg.method), cfg.lookup,
+                                      sampled=not cfg.sampling.greedy)
+            run.telemetry.bands = run.lookup.bands
+        loop = loop if cfg.method == "lookup" or _draft_ready(run, drafter) else _vanilla
     try:
         last = yield from _events(run, loop(run, drafter, budget), stop)
     except Exception as e:
@@ -167,20 +182,6 @@ def _draft_ready(run: Run, drafter: Drafter) -> bool:
     return True
 
 
-def _close_worker(run: Run, worker: DraftWorker) -> None:
-    """End the draft thread; its failures become warnings and mark the draft for a reset."""
-    run.learned.busy_draft = worker.close()
-    run.learned.reset_draft |= worker.failed
-    for message in worker.warnings:
-        run.telemetry.warn(message)
-    run.telemetry.settle_dropped()
-
-
-def _flat_profile() -> Profile:
-    """Used when nothing was measured: verification cost grows slowly with length."""
-    return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
-
-
 def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
     empty = Draft()
     while True:
@@ -189,13 +190,20 @@ def _vanilla(run: Run, drafter, budget) -> Iterator[Event]:
         yield run.commit(empty, verdict)
 
 
+def _lookup(run: Run, drafter, budget: DraftBudget) -> Iterator[Event]:
+    """The target and the suffix index alone (no draft model): each round verifies the
+    index's continuation when the budget says it pays, else one target token."""
+    while True:
+        yield plain_round(run, budget, time.perf_counter())
+
+
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
     try:
         if run.cfg.prefill_threads:
-            _prefill_draft(run, drafter, worker)
+            prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
             gamma = 0 if worker.failed else run.draft_room(budget.gamma)
@@ -205,7 +213,7 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
             yield run.commit(draft, verdict)
     finally:
-        _close_worker(run, worker)
+        close_worker(run, worker)
 
 
 def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
@@ -215,37 +223,45 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     also pre-drafts from ctx + draft[:j] + a for likely rejections at j by the target's `a`
     (the policy prices them): when the verdict is one of them, its pre-draft is the next
     draft; otherwise the chunk is dropped and the next round verifies no draft (one target
-    token) while the worker drafts afresh from the verified context."""
+    token) while the worker drafts afresh from the verified context. With the lookup
+    (core/fusion.py) each round may verify the index's continuation instead, or the chunk
+    extended by it; the worker drafts from ctx + that draft alike, so a miss is a rejection
+    like any other: its chunk is dropped, and the next round asks the index again first."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
-    branching, telemetry = _branch_policy(run, budget), run.telemetry
+    branching, telemetry = branch_policy(run, budget), run.telemetry
     predraft = _predraft_policy(run, budget)
     draft, short = Draft(), False
     try:
         if run.cfg.prefill_threads:  # cores are shared: the prefills first, with all of them
-            ev = _prefill_alone(run, budget)
+            ev = prefill_alone(run, budget)
             yield ev
             if ev.done:
                 return
-            _prefill_draft(run, drafter, worker)
+            prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
                 branching.alpha = budget.alpha
             if worker.failed or (not draft and budget.gamma == 0):  # no draft, or it cannot pay
-                ev = _plain_round(run, budget, start)
+                ev = plain_round(run, budget, start)
                 yield ev
                 if ev.done:
                     return
                 continue
+            pick = run.lookup.pick(run, budget, draft, beside=True) if run.lookup else None
+            if pick is not None and pick.draft is not draft:  # the lookup's, or fused
+                draft, short = pick.draft, False
             # gamma + 1 after a full draft; after none or a pre-draft, what fits in its verify
             size = budget.gamma + 1 if draft and not short else budget.empty_chunk(
                 pending=len(draft))
-            plan = _plan(run, predraft, budget, draft, branching)
+            plan = predraft_plan(run, predraft, budget, draft, branching)
             job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)),
                                 branching=branching, predraft=plan)
             verdict, vspan = run.verify(draft)
+            telemetry.drafting(draft, pick.source if pick else "model" if draft else "plain",
+                               bool(pick and pick.offered))
             ev = run.commit(draft, verdict)
             n, passed, short = len(draft), verdict.bonus(len(draft)), False
             rejected = not (passed or ev.done)
@@ -271,63 +287,4 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             if ev.done:
                 return
     finally:
-        _close_worker(run, worker)
-
-
-def _plain_round(run: Run, budget: DraftBudget, start: float) -> Event:
-    """One target token, no draft (the budget fell back to plain decoding)."""
-    verdict, vspan = run.verify(Draft())
-    run.telemetry.plain_round(budget, start, vspan)
-    return run.commit(Draft(), verdict)
-
-
-def _branch_policy(run: Run, budget: DraftBudget) -> BranchPolicy | None:
-    cfg = run.cfg
-    if not (cfg.multi_seq or cfg.static_k):
-        return None
-    return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
-                        budget.profile.draft_step_s, alpha=budget.alpha, odds=run.odds)
-
-
-def _predraft_policy(run: Run, budget: DraftBudget) -> PredraftPolicy | None:
-    if not run.cfg.predraft:
-        return None
-    return PredraftPolicy(budget.profile.draft_step_s, run.odds)
-
-
-def _plan(run: Run, policy: PredraftPolicy | None, budget: DraftBudget, draft: Draft,
-          branching: BranchPolicy | None) -> Plan | None:
-    """What to pre-draft during this verify; None: pre-drafting is off, or no plan could pay
-    now (drafts carry no ranks; the next round's plan is empty)."""
-    if policy is None:
-        return None
-    seqs = (branching.static_k or 1) if branching is not None else 1
-    room = run.draft_room(policy.max_depth, len(draft))
-    if not policy.may_pay(budget, room, seqs):
-        return None
-    return policy.plan(draft, budget, room, seqs)
-
-
-@contextmanager
-def _threads(backend: Target | Drafter, n: int) -> Iterator[None]:
-    """Run the block with n threads on `backend`, then give back its own count."""
-    prev = backend.set_threads(n)
-    try:
-        yield
-    finally:
-        backend.set_threads(prev)
-
-
-def _prefill_alone(run: Run, budget: DraftBudget) -> Event:
-    with _threads(run.target, run.cfg.prefill_threads):
-        verdict, vspan = run.verify(Draft())
-    run.telemetry.target_prefill(budget, vspan)
-    return run.commit(Draft(), verdict)
-
-
-def _prefill_draft(run: Run, drafter: Drafter, worker: DraftWorker) -> None:
-    """The draft's prompt prefill with all cores too (a long prompt at one thread would
-    leave the target decoding alone, token by token, for seconds)."""
-    with _threads(drafter, run.cfg.prefill_threads):
-        done = worker.submit(run.ctx, 0).result()
-    run.telemetry.draft_prefill(done.timing)
+        close_worker(run, worker)

@@ -1,14 +1,15 @@
 """What a pair's generations learn and hand on to the next one (the Pair owns one): the draft
-budget's acceptance, timing scales and plain rounds since a probe per method, the first-token
-odds, whether the draft's state must be reset after a failure, and whether the measured
-profile disagrees with the online times widely enough to be measured again."""
+budget's acceptance, timing scales and plain rounds since a probe per method, the lookup's
+pass rates per confidence band, the first-token odds, whether the draft's state must be reset
+after a failure, and whether the measured profile disagrees with the online times widely
+enough to be measured again."""
 from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from core.branching import FirstTokenOdds
-from core.budget import DraftBudget, Profile
+from core.budget import DraftBudget, LookupBands, Profile
 
 WIDE = 2.0  # online times this far off the profile (either way): measure the profile again
 CLOSE = 0.25  # a fresh profile within this of the old one: the old one was not the cause
@@ -21,6 +22,7 @@ class Learned:
     reset_draft: bool = False  # the draft failed: roll its cache back before using it again
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
     held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
+    lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
 
     def budget(self, method: str, profile: Profile, overlap: bool,
                fixed: int | None) -> DraftBudget:
@@ -31,6 +33,12 @@ class Learned:
 
     def keep(self, method: str, budget: DraftBudget) -> None:
         self.budgets[method] = budget.state()
+
+    def bands(self, method: str) -> LookupBands:
+        """The lookup's pass rates per confidence band, carried on in place."""
+        bands = LookupBands(self.lookup_bands.get(method))
+        self.lookup_bands[method] = bands.alpha
+        return bands
 
     def draft_free(self) -> bool:
         """False while a hung draft job from an earlier generation still runs."""

@@ -16,12 +16,13 @@ class RoundRecord:
     seqs: int = 1
     predrafted: int = 0  # rejection outcomes pre-drafted during this round's verify
     predraft_hit: bool = False  # it ended in a rejection whose next draft was ready
+    source: str = "model"  # what the verified draft was: model, lookup, fused (both), plain
 
     def to_dict(self) -> dict:
         return {"start": self.start, "end": self.end, "draft_span": list(self.draft_span),
                 "verify_span": list(self.verify_span), "drafted": self.drafted,
                 "accepted": self.accepted, "seqs": self.seqs, "predrafted": self.predrafted,
-                "predraft_hit": self.predraft_hit}
+                "predraft_hit": self.predraft_hit, "source": self.source}
 
 
 @dataclass
@@ -53,6 +54,11 @@ class GenerationStats:
     rejections: int = 0  # duo rounds that ended in a rejection (more text to come)
     predraft_hits: int = 0  # of those, rounds whose next draft was pre-drafted (no plain step)
     rejection_idle_s: float = 0.0  # target idle between a rejection and the next verify
+    lookup_rounds: int = 0  # rounds where the suffix index had a proposal
+    lookup_won: int = 0  # of those, rounds whose draft used it (lookup alone or fused)
+    lookup_proposed: int = 0  # lookup tokens verified
+    lookup_accepted: int = 0  # of those, accepted
+    lookup_emitted: int = 0  # lookup tokens in the output (accepted, before a stop)
 
     def record_round(self, rec: RoundRecord) -> None:
         self.rounds += 1
@@ -110,8 +116,22 @@ class GenerationStats:
             predraft_per_round=(self.predraft_outcomes / self.predraft_rounds
                                 if self.predraft_rounds else 0.0),
             predraft_hit_rate=self.predraft_hits / self.rejections if self.rejections else 0.0,
+            lookup=self.lookup_dict(),
         )
+        for k in ("lookup_rounds", "lookup_won", "lookup_proposed", "lookup_accepted",
+                  "lookup_emitted"):
+            del d[k]
         return d
+
+
+    def lookup_dict(self) -> dict:
+        """The suffix index's part: rounds it proposed in, rounds it won, its tokens proposed
+        and accepted, and its share of the new tokens."""
+        return {"rounds": self.lookup_rounds, "won": self.lookup_won,
+                "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,
+                "acceptance": (self.lookup_accepted / self.lookup_proposed
+                               if self.lookup_proposed else 0.0),
+                "share": self.lookup_emitted / self.new_tokens if self.new_tokens else 0.0}
 
 
 def _inside(span: tuple[float, float], r: RoundRecord) -> float:

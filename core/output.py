@@ -12,7 +12,9 @@ from typing import Callable
 class Event:
     """What one commit adds: target token ids, where each came from, the new text."""
     tokens: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # "draft" (accepted) or "target"
+    # "target" (the target's own), "draft" (model-drafted, accepted), "lookup" (proposed by
+    # the suffix index, accepted)
+    sources: list[str] = field(default_factory=list)
     text: str = ""
     done: bool = False
     stats: dict | None = None  # set on the final event

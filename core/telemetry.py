@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from core.backends import Plan, Proposal
+from core.backends import Draft, Plan, Proposal
 from core.branching import FirstTokenOdds, step_ratio
 from core.budget import DraftBudget
 from core.metrics import GenerationStats, RoundRecord
@@ -21,6 +21,8 @@ class Telemetry:
         self.last_scored = 0  # tokens in the last target forward
         self._dropped: list[tuple[RoundRecord, DraftJob]] = []
         self._rejected_at: float | None = None  # when the last rejected round's verify ended
+        self.bands = None  # the lookup's LookupBands, when the generation uses the lookup
+        self._drafting: tuple[str, int, list[float]] | None = None  # this round's draft
 
     # -- every method ----------------------------------------------------------------------
     def verified(self, n_scored: int, busy_s: float) -> None:
@@ -31,9 +33,21 @@ class Telemetry:
             self.stats.rejection_idle_s += max(0.0, began - self._rejected_at)
             self._rejected_at = None
 
-    def emitted(self, tokens: list[int]) -> None:
+    def emitted(self, tokens: list[int], sources: list[str] = ()) -> None:
         if not self.stats.ttft_s and tokens:
             self.stats.ttft_s = time.perf_counter() - self.t0
+        self.stats.lookup_emitted += list(sources).count("lookup")
+
+    def drafting(self, draft: Draft, source: str, offered: bool) -> None:
+        """What this round verifies (before its outcome is recorded): the draft's source
+        (model, lookup, fused, plain) and whether the suffix index had a proposal."""
+        n_lookup = draft.n_lookup()
+        s = self.stats
+        s.lookup_rounds += offered
+        s.lookup_won += n_lookup > 0
+        s.lookup_proposed += n_lookup
+        conf = (draft.conf or [])[len(draft) - n_lookup:]
+        self._drafting = (source, len(draft) - n_lookup, conf)
 
     def vanilla_round(self) -> None:
         self.stats.rounds += 1
@@ -95,6 +109,12 @@ class Telemetry:
         self.stats.plain_rounds += 1
         self.observe(budget, self.round(start, (start, start), vspan, 0, 0), 0, 0, None)
 
+    def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> None:
+        """The lookup's continuation verified with the worker idle (no chunk beside it)."""
+        n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
+        rec = self.round(start, (start, start), vspan, n, verdict.accepted)
+        self.observe(budget, rec, n, verdict.accepted, None)
+
     def target_prefill(self, budget: DraftBudget, vspan) -> None:
         self.round(vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
         self.stats.gammas_used[budget.gamma] += 1
@@ -123,7 +143,13 @@ class Telemetry:
     def round(self, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:
         t0 = self.t0
         rec = RoundRecord(start - t0, time.perf_counter() - t0, (dspan[0] - t0, dspan[1] - t0),
-                          (vspan[0] - t0, vspan[1] - t0), drafted, accepted)
+                          (vspan[0] - t0, vspan[1] - t0), drafted, accepted,
+                          source="model" if drafted else "plain")
+        if self._drafting is not None:
+            rec.source, model_n, conf = self._drafting
+            if conf and accepted >= model_n:  # the lookup's part was reached
+                self.stats.lookup_accepted += accepted - model_n
+                self.bands.observe(conf, accepted - model_n)
         self.stats.record_round(rec)
         return rec
 
@@ -133,6 +159,7 @@ class Telemetry:
         with the context, a k-sequence step counted as its cost in single steps), verify time
         per length (a prefill round is no sample of verify time)."""
         self.stats.gammas_used[budget.gamma] += 1
+        trials, passed = self._model_part(rec, trials, passed)
         scored = self.last_scored if self.last_scored == rec.drafted + 1 else 0
         proposal, timing = chunk if chunk else (None, None)
         n = 0
@@ -145,6 +172,18 @@ class Telemetry:
         budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
                        draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
                        verify_n=scored)
+
+    def _model_part(self, rec: RoundRecord, trials: int, passed: int) -> tuple[int, int]:
+        """The model draft's trials and passes of a round (the lookup's tokens are learned
+        apart, per band): its tokens, and the guess of the chunk drafted beside when every
+        token passed."""
+        drafting, self._drafting = self._drafting, None
+        if drafting is None or not drafting[2]:
+            return trials, passed
+        model_n, full = drafting[1], rec.accepted == rec.drafted
+        if not full:
+            return model_n, min(rec.accepted, model_n)
+        return model_n + trials - rec.drafted, model_n + passed - rec.accepted
 
     def _count_seqs(self, proposal: Proposal, target_token: int) -> None:
         """Sequences per round (Figure 5) and sequences vs the target token's draft rank

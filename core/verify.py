@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.backends import SampleCheck, Scores
+from core.backends import QRows, SampleCheck, Scores
 from core.constraints import Adjustments, apply_rows
 from core.logprobs import draft_of, reference_logprobs
 from core.sampling import Noise, SamplingConfig, logits_to_probs
@@ -42,11 +42,12 @@ def verify_greedy(draft: list[int], target_choice: list[int]) -> Verdict:
     return Verdict(n, int(target_choice[n]))
 
 
-def verify_sampled(draft: list[int], q_draft: np.ndarray, scores: Scores, noise: Noise,
+def verify_sampled(draft: list[int], q_draft: np.ndarray | QRows, scores: Scores, noise: Noise,
                    base: int = 0) -> Verdict:
     """Speculative sampling (Leviathan et al.; Chen et al.): accept draft token i with
     min(1, p/q), by the acceptance uniform of its position base + i; on a rejection the
-    target's recovered token (its draw from norm(max(0, p - q))), else its bonus draw."""
+    target's recovered token (its draw from norm(max(0, p - q))), else its bonus draw. A
+    lookup token's q is one-hot (QRows): it passes with probability p."""
     for i, tok in enumerate(draft):
         p, q = scores.p_draft[i], float(q_draft[i, tok])
         if q > 0 and noise.accept_u(base + i) * q < p:
@@ -90,8 +91,13 @@ def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:
     return Scores(p_draft=p_draft, recovered=recovered, bonus=bonus)
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def residual(p: np.ndarray, q) -> np.ndarray:
     """norm(max(0, p - q)) up to its scale (a draw does not need the sum); p itself when
-    p == q up to rounding (any draw from p is right)."""
-    r = np.maximum(p.astype(np.float64) - q, 0.0)
+    p == q up to rounding (any draw from p is right). `q` may be a token id: a lookup's
+    one-hot row (QRows), whose residual is p without that token."""
+    if isinstance(q, (int, np.integer)):
+        r = p.astype(np.float64)
+        r[int(q)] = 0.0
+    else:
+        r = np.maximum(p.astype(np.float64) - q, 0.0)
     return r if r.sum() > 0 else p.astype(np.float64)

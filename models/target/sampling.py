@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core.backends import SampleCheck, Scores
+from core.backends import QRows, SampleCheck, Scores
 from core.constraints import Adjustments
 from core.logprobs import Logprobs, draft_of
 from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
@@ -103,7 +103,7 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
     p_draft = probs[:g].gather(1, draft[:, None])[:, 0]
     rows = probs
     if g:
-        q = torch.from_numpy(np.ascontiguousarray(check.q_draft[:g])).to(dev).double()
+        q = _q_rows(check.q_draft[:g], probs[:g])
         resid = (probs[:g] - q).clamp_min(0.0)
         empty = resid.sum(dim=-1, keepdim=True) <= 0  # p == q up to rounding: draw from p
         rows = torch.cat([torch.where(empty, probs[:g], resid), probs[g:]])
@@ -111,6 +111,18 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
     out = torch.cat([p_draft, drawn.double()]).tolist()
     return Scores(p_draft=out[:g], recovered=[int(t) for t in out[g:2 * g]],
                   bonus=int(out[2 * g]))
+
+
+def _q_rows(q_draft, like: torch.Tensor) -> torch.Tensor:
+    """q_draft on the device; a lookup's one-hot rows (QRows) are set there, not sent."""
+    if not isinstance(q_draft, QRows):
+        return torch.from_numpy(np.ascontiguousarray(q_draft)).to(like.device).double()
+    q = torch.zeros_like(like)
+    dense, rows, hot, tokens = q_draft.parts()
+    if dense:
+        q[dense] = torch.from_numpy(rows).to(like.device).double()
+    q[hot, tokens] = 1.0
+    return q
 
 
 def draw(rows: torch.Tensor, seed: int, base: int) -> torch.Tensor:

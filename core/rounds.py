@@ -1,0 +1,94 @@
+"""The engine's round helpers: a round without the model's draft (plain, or the lookup's alone),
+the prefills, the policies a `duo` round consults, and the draft worker's end."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from core.backends import Draft, Drafter, Plan, Target
+from core.branching import BranchPolicy
+from core.budget import DraftBudget, Profile
+from core.output import Event
+from core.predraft import PredraftPolicy
+from core.scheduler import DraftWorker
+
+
+def flat_profile() -> Profile:
+    """Used when nothing was measured: verification cost grows slowly with length."""
+    return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
+
+
+def plain_round(run, budget: DraftBudget, start: float) -> Event:
+    """One round with the worker idle: the lookup's continuation when it pays (run.lookup),
+    else one target token, no draft (the budget fell back to plain decoding)."""
+    pick = run.lookup.pick(run, budget, Draft(), beside=False) if run.lookup else None
+    draft = pick.draft if pick is not None else Draft()
+    verdict, vspan = run.verify(draft)
+    run.telemetry.drafting(draft, pick.source if pick else "plain", bool(pick and pick.offered))
+    if len(draft):
+        run.telemetry.lookup_alone(budget, start, vspan, verdict)
+    else:
+        run.telemetry.plain_round(budget, start, vspan)
+    return run.commit(draft, verdict)
+
+
+def close_worker(run, worker: DraftWorker) -> None:
+    """End the draft thread; its failures become warnings and mark the draft for a reset."""
+    run.learned.busy_draft = worker.close()
+    run.learned.reset_draft |= worker.failed
+    for message in worker.warnings:
+        run.telemetry.warn(message)
+    run.telemetry.settle_dropped()
+
+
+def branch_policy(run, budget: DraftBudget) -> BranchPolicy | None:
+    cfg = run.cfg
+    if not (cfg.multi_seq or cfg.static_k):
+        return None
+    return BranchPolicy(cfg.max_seqs, cfg.theta_scale, cfg.static_k,
+                        budget.profile.draft_step_s, alpha=budget.alpha, odds=run.odds)
+
+
+def predraft_policy(run, budget: DraftBudget) -> PredraftPolicy | None:
+    if not run.cfg.predraft:
+        return None
+    return PredraftPolicy(budget.profile.draft_step_s, run.odds)
+
+
+def predraft_plan(run, policy: PredraftPolicy | None, budget: DraftBudget, draft: Draft,
+         branching: BranchPolicy | None) -> Plan | None:
+    """What to pre-draft during this verify; None: pre-drafting is off, or no plan could pay
+    now (drafts carry no ranks; the next round's plan is empty). A lookup's tokens carry no
+    ranks: only the model's part of a fused draft is pre-drafted for."""
+    if policy is None:
+        return None
+    seqs = (branching.static_k or 1) if branching is not None else 1
+    room = run.draft_room(policy.max_depth, len(draft))
+    if not policy.may_pay(budget, room, seqs):
+        return None
+    return policy.plan(draft, budget, room, seqs)
+
+
+@contextmanager
+def threads(backend: Target | Drafter, n: int) -> Iterator[None]:
+    """Run the block with n threads on `backend`, then give back its own count."""
+    prev = backend.set_threads(n)
+    try:
+        yield
+    finally:
+        backend.set_threads(prev)
+
+
+def prefill_alone(run, budget: DraftBudget) -> Event:
+    with threads(run.target, run.cfg.prefill_threads):
+        verdict, vspan = run.verify(Draft())
+    run.telemetry.target_prefill(budget, vspan)
+    return run.commit(Draft(), verdict)
+
+
+def prefill_draft(run, drafter: Drafter, worker: DraftWorker) -> None:
+    """The draft's prompt prefill with all cores too (a long prompt at one thread would
+    leave the target decoding alone, token by token, for seconds)."""
+    with threads(drafter, run.cfg.prefill_threads):
+        done = worker.submit(run.ctx, 0).result()
+    run.telemetry.draft_prefill(done.timing)
