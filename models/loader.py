@@ -13,6 +13,7 @@ from core.backends import TargetOutOfMemory
 from core.learned import Learned
 from core.engine import GenConfig, generate
 from core.output import Event
+from core.suffix import SuffixMemory
 from models.pairs.catalog import PairError, draft_path, get_pair, target_source
 from models.pairs.convert import converted_dir
 from models.draft.format import pick_draft
@@ -36,6 +37,9 @@ class LoadOptions:
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
     remeasure: bool = False  # time the path, the draft threads and the budget profiles again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+LOOKUP_MEMORY_TOKENS = 1 << 17  # earlier requests' tokens the lookup keeps (oldest go first)
 
 
 class Pair:
@@ -89,6 +93,8 @@ class Pair:
         self.grammars = Grammars(self.tokenizer, self.target.vocab_size, self.target.eos_ids)
         self.profile = None
         self.learned = Learned()  # budget, first-token odds, draft health: across generations
+        # earlier prompts and outputs, for the lookup (the benchmark clears it per measured run)
+        self.lookup_memory = SuffixMemory(cap_tokens=LOOKUP_MEMORY_TOKENS)
         self._remeasured: set[tuple[int, int]] = set()
         self._placement: Placement | None = None
         self._thread_times: dict[int, float] = {}  # draft threads -> s/token
@@ -210,12 +216,17 @@ class Pair:
         profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
         if cfg.method == "vanilla":
             self.apply_threads("vanilla")
-        drafter = None if cfg.method == "vanilla" else self.drafter
+        drafter = None if cfg.method in ("vanilla", "lookup") else self.drafter
         grammar = self.grammars.compile(cfg.response_format)
+        out: list[int] = []
         try:
-            yield from self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
-                                             profile, stop, learned=self.learned,
-                                             grammar=grammar), cfg)
+            for ev in self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
+                                            profile, stop, learned=self.learned, grammar=grammar,
+                                            lookup_memory=self.lookup_memory), cfg):
+                out += ev.tokens
+                if ev.done:  # the lookup remembers it for later requests
+                    self.lookup_memory.add(list(prompt_ids) + out)
+                yield ev
         except TargetOutOfMemory:
             _empty_cuda_cache(self.target.device)  # the next generation starts with room
             raise
