@@ -1,5 +1,6 @@
 """The pair behind the app: loads it in the background with visible progress, switches pairs on
-request, and lets one generation at a time run on it (the others wait their turn)."""
+request, and lets one generation at a time run on it (the others wait their turn). Every load,
+generation, profile and close runs on the host's one owner thread (models/owner.py)."""
 from __future__ import annotations
 
 import threading
@@ -8,6 +9,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from models.owner import Owner
 from models.pairs.catalog import PairError, get_pair, load_catalog
 
 PairFactory = Callable[[str, Callable[[str], None]], object]
@@ -77,12 +79,40 @@ class FairLock:
         self.release()
 
 
+class OwnedPair:
+    """A loaded pair whose verbs that run the target (generate, profiles, remeasure, close) run
+    on the owner thread, a generation's events handed out through a queue; the rest (tokenizer,
+    spec, describe) is the pair's own, read in the caller's thread."""
+
+    def __init__(self, pair, owner: Owner):
+        self.inner, self.owner = pair, owner
+
+    def generate(self, *args, **kwargs):
+        return self.owner.stream(lambda: self.inner.generate(*args, **kwargs))
+
+    def remeasure(self) -> None:
+        self.owner.call(self.inner.remeasure)
+
+    def ensure_profile(self, *args, **kwargs):
+        return self.owner.call(self.inner.ensure_profile, *args, **kwargs)
+
+    def apply_threads(self, method: str):
+        return self.owner.call(self.inner.apply_threads, method)
+
+    def close(self) -> None:
+        self.owner.call(self.inner.close)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
 class ModelHost:
     """One loaded pair at a time. `state` is 'idle', 'loading', 'ready' or 'error'."""
 
     def __init__(self, factory: PairFactory):
         self.factory = factory
-        self.pair = None
+        self.owner = Owner()  # loads, generations and closes all run on this one thread
+        self._pair: OwnedPair | None = None
         self.name: str | None = None
         self.state = "idle"
         self.loading: str | None = None
@@ -91,6 +121,19 @@ class ModelHost:
         self.load_s = 0.0
         self._guard = threading.Lock()  # state changes
         self._run = FairLock()  # one generation or load at a time, first come first served
+
+    @property
+    def pair(self) -> OwnedPair | None:
+        return self._pair
+
+    @pair.setter
+    def pair(self, pair) -> None:
+        self._pair = pair if pair is None or isinstance(pair, OwnedPair) \
+            else OwnedPair(pair, self.owner)
+
+    def _made(self, name: str):
+        """The factory's pair for `name`, loaded (and warmed up) on the owner thread."""
+        return self.owner.call(self.factory, name, self._say)
 
     # -- loading ------------------------------------------------------------------------
     def start_loading(self, name: str) -> bool:
@@ -112,7 +155,7 @@ class ModelHost:
             with self._run:
                 old = self._free()
                 try:
-                    self.pair, self.name = self.factory(name, self._say), name
+                    self.pair, self.name = self._made(name), name
                 except Exception:
                     if old is not None:
                         self._reload(old, name)
@@ -140,7 +183,7 @@ class ModelHost:
     def _reload(self, old: str, failed: str) -> None:
         self._say(f"pair '{failed}' failed to load: loading '{old}' again")
         try:
-            self.pair, self.name = self.factory(old, self._say), old
+            self.pair, self.name = self._made(old), old
             self._say(f"'{old}' is loaded again")
         except Exception as e:  # noqa: BLE001 - both failed: the state says error
             self._say(f"cannot load '{old}' again either: {e}")

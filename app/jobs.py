@@ -1,5 +1,6 @@
-"""Generations for the API in a worker thread: the wait line (Gate) and one request's
-choices run one after another on the loaded pair (Job), their events on an asyncio queue."""
+"""Generations for the API: the wait line (Gate) and one request's choices run one after
+another on the loaded pair (Job): a worker thread waits its turn and relays the events that the
+host's owner thread produces (app/host.py OwnedPair) to an asyncio queue."""
 from __future__ import annotations
 
 import asyncio
