@@ -5,6 +5,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two processes may convert at once
     tmp.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
@@ -64,7 +65,12 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
     if model.generation_config is not None:
         model.generation_config.save_pretrained(str(tmp))
     save_model(model, str(tmp / "model.safetensors"))
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first: keep its copy
+        if not (out / "model.safetensors").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def say(progress, msg: str) -> None:
