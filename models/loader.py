@@ -18,7 +18,7 @@ from models.pairs.catalog import PairError, draft_path, get_pair, target_source
 from models.pairs.convert import converted_dir
 from models.draft.format import pick_draft
 from models.grammar import Grammars
-from models.fit.placement import Placement, draft_share
+from models.fit.placement import Placement, Threads, draft_share, target_share
 from models.prompt_text import ContextOverflow, check_prompt
 from models.target.choice import pick_ctx
 from models.target.eager import pick_device, pick_dtype
@@ -75,7 +75,9 @@ class Pair:
             f"context {n_ctx})")
         self._target_args = (model_dir, device, dtype, n_ctx, self.opts.target_compile,
                              self.opts.compile_buckets, say, quant, group)
-        self.target = load_target(*self._target_args, remeasure=self.opts.remeasure)
+        self._duo_share = target_share(device, max(1, self.opts.cores))  # the path is timed at it
+        self.target = load_target(*self._target_args, remeasure=self.opts.remeasure,
+                                  threads=self._duo_share)
         self.drafter = None
         # a fast tokenizer is not safe to share between threads: the page's context meter
         # and the API's /tokenize run while a generation decodes, so every use takes this
@@ -128,31 +130,36 @@ class Pair:
                                         self.target.fixed_threads)
         return self._placement
 
-    def threads_for(self, method: str) -> tuple[int, int]:
-        return self.placement().threads(method)
+    def threads(self, method: str) -> Threads:
+        """`method`'s thread settings (one question to the placement)."""
+        return self.placement().for_method(method)
 
-    def apply_threads(self, method: str) -> tuple[int, int]:
-        return self.placement().apply(method, self.drafter, self.target)
+    def apply_threads(self, method: str) -> Threads:
+        """`method`'s thread settings, set on the draft and the target."""
+        return self.placement().apply(self.threads(method), self.drafter, self.target)
 
-    def ensure_profile(self, method: str, remeasure: bool = False):
-        """The budget profile for `method`'s thread split: cached, or measured when asked,
-        at --remeasure, or when the last generation's times drifted WIDE off it."""
+    def ensure_profile(self, method: str, remeasure: bool = False,
+                       threads: Threads | None = None):
+        """The budget profile for `method`'s thread split (`threads`: already applied; else
+        asked and applied here): cached, or measured when asked, at --remeasure, or when the
+        last generation's times drifted WIDE off it."""
         from models.fit.profiler import load_or_measure, spot_check
 
-        threads = self.apply_threads(method)
+        threads = threads or self.apply_threads(method)
+        split = (threads.draft, threads.target)
         drift = self.learned.drifted(method)  # online times far off the profile
-        again = remeasure or (self.opts.remeasure and threads not in self._remeasured)
+        again = remeasure or (self.opts.remeasure and split not in self._remeasured)
         if drift and not again:  # a second's spot check first: the whole profile takes many
             old = self.learned.budgets[method]["profile"]
             again = not self.learned.measured_again(method, old,
                                                     spot_check(self.drafter, self.target))
-        self.profile = load_or_measure(self.spec.name, self.drafter, self.target, threads,
+        self.profile = load_or_measure(self.spec.name, self.drafter, self.target, split,
                                        again, self._progress)
         if drift and again:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
-        self._remeasured.add(threads)  # --remeasure: once per thread split, not every call
+        self._remeasured.add(split)  # --remeasure: once per thread split, not every call
         return self.profile
 
     def remeasure(self) -> None:
@@ -164,7 +171,8 @@ class Pair:
         model_dir, device, dtype, n_ctx, compile = self._target_args[:5]
         if compile == "auto" and device == "cpu":
             self.target.close()
-            self.target = load_target(*self._target_args, remeasure=True)
+            self.target = load_target(*self._target_args, remeasure=True,
+                                      threads=self._duo_share)
         self._placement, self._time_threads_again = None, True
         for method in ("duo", "sps"):
             self.ensure_profile(method, remeasure=True)
@@ -212,17 +220,17 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        cfg = replace(cfg, prefill_threads=self.placement().prefill_threads(cfg.method))
-        profile = self.ensure_profile(cfg.method) if cfg.method != "vanilla" else None
-        if cfg.method == "vanilla":
-            self.apply_threads("vanilla")
+        threads = self.apply_threads(cfg.method)  # asked once, applied once, passed down
+        cfg = replace(cfg, prefill_threads=threads.prefill)
+        vanilla = cfg.method == "vanilla"
+        profile = None if vanilla else self.ensure_profile(cfg.method, threads=threads)
         drafter = None if cfg.method in ("vanilla", "lookup") else self.drafter
         grammar = self.grammars.compile(cfg.response_format)
         out: list[int] = []
         try:
             for ev in self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
                                             profile, stop, learned=self.learned, grammar=grammar,
-                                            lookup_memory=self.lookup_memory), cfg):
+                                            lookup_memory=self.lookup_memory), threads):
                 out += ev.tokens
                 if ev.done:  # the lookup remembers it for later requests
                     self.lookup_memory.add(list(prompt_ids) + out)
@@ -231,10 +239,10 @@ class Pair:
             _empty_cuda_cache(self.target.device)  # the next generation starts with room
             raise
 
-    def _events(self, events: Iterator[Event], cfg: GenConfig) -> Iterator[Event]:
+    def _events(self, events: Iterator[Event], threads: Threads) -> Iterator[Event]:
         for ev in events:
             if ev.stats is not None:
-                ev.stats["threads"] = dict(zip(("draft", "target"), self.threads_for(cfg.method)))
+                ev.stats["threads"] = threads.to_dict()
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
                 ev.stats["target_device"] = self.target.device
@@ -245,9 +253,9 @@ class Pair:
 
     def describe(self) -> dict:
         """The placement line's two halves, for the app."""
-        draft_n, _ = self.threads_for("duo")
+        duo = self.threads("duo")
         fmt = self.draft_format
-        return {"draft": f"CPU, {draft_n} thread(s), {fmt.path.name} ({fmt.kind})",
+        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind})",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
                           f"{self.target.path} ({self.target.compile_choice})"}

@@ -28,22 +28,70 @@ def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
 
 
 def test_placement_is_one_value_for_every_method():
-    from models.fit.placement import Placement, draft_share
+    from models.fit.placement import Placement, Threads, draft_share
 
     cpu = Placement("cpu", cores=16, draft_threads=4)
-    assert cpu.threads("duo") == (4, 8) and cpu.threads("sps") == (4, 16)
-    assert cpu.prefill_threads("duo") == 16 and cpu.prefill_threads("vanilla") == 0
+    assert cpu.for_method("duo") == Threads(4, 8, 16, overlapped=True)
+    assert cpu.for_method("sps") == Threads(4, 16, 16)
+    assert cpu.for_method("vanilla") == Threads(0, 16, 0)  # the draft does not run
     gpu = Placement("cuda:0", cores=16, draft_threads=8)
-    assert gpu.threads("duo") == (8, 1) and gpu.prefill_threads("duo") == 0
-    assert Placement("cpu", 16, 4, target_fixed=6).threads("vanilla") == (4, 6)
+    assert gpu.for_method("duo") == Threads(8, 1, 0, overlapped=True)
+    fixed = Placement("cpu", 16, 4, target_fixed=8)  # compiled for duo's share
+    assert fixed.for_method("vanilla") == Threads(0, 8, 0)
+    assert fixed.for_method("duo") == Threads(4, 8, 16, overlapped=True)
     assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cpu", 1)) == (15, 8, 1)
+    assert cpu.for_method("duo").to_dict() == {"draft": 4, "target": 8, "prefill": 16}
+
+
+def test_no_split_puts_more_busy_threads_than_cores():
+    """From 2 cores up, on the CPU and on cuda, eager or compiled for duo's share: duo's
+    draft and target together, sps's larger side (they take turns), vanilla's target."""
+    from models.fit.placement import Placement, draft_share, target_share
+
+    for cores in range(2, 33):
+        for device in ("cpu", "cuda"):
+            share = target_share(device, cores)
+            for draft in range(1, draft_share(device, cores) + 1):
+                for fixed in (None, share if device == "cpu" else None):
+                    placement = Placement(device, cores, draft, fixed)
+                    for method in ("vanilla", "sps", "duo"):
+                        assert placement.for_method(method).busy <= cores, (cores, device, method)
+                    duo = placement.for_method("duo")
+                    assert duo.draft + duo.target <= cores
 
 
 def test_pair_computes_its_placement_once(smol_pair):
     first = smol_pair.placement()
     assert smol_pair.placement() is first
-    assert smol_pair.apply_threads("duo") == first.threads("duo")
+    assert smol_pair.apply_threads("duo") == first.for_method("duo")
     assert smol_pair.drafter.n_threads == first.draft_threads
+
+
+def test_a_generation_asks_the_placement_once_and_passes_the_answer_down(smol_pair,
+                                                                         monkeypatch):
+    """One question per generation: the threads set, the profile's key, the prefill count
+    the engine gets and the stats are the one answer."""
+    from models.fit.placement import Placement, Threads
+
+    asked, keys = [], []
+    real = Placement.for_method
+    monkeypatch.setattr(Placement, "for_method",
+                        lambda self, method: asked.append(method) or real(self, method))
+    monkeypatch.setattr(profiler, "load_or_measure", lambda name, d, t, threads, *a, **k:
+                        keys.append(threads) or Profile(0.005, [0.02] * 32))
+    monkeypatch.setattr(smol_pair, "learned", Learned())  # the fake profile's times stay here
+    prefills = []
+    import core.engine as engine
+    real_run = engine.Run.__init__
+    monkeypatch.setattr(engine.Run, "__init__", lambda self, target, prompt, cfg, *a, **k:
+                        prefills.append(cfg.prefill_threads) or
+                        real_run(self, target, prompt, cfg, *a, **k))
+    ids = smol_pair.prompt_ids("Hi")
+    events = list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=3)))
+    want = real(smol_pair.placement(), "duo")
+    assert asked == ["duo"] and keys == [(want.draft, want.target)]
+    assert prefills == [want.prefill] and events[-1].stats["threads"] == want.to_dict()
+    assert isinstance(want, Threads)
 
 
 def test_close_frees_the_draft_and_the_target():
@@ -83,7 +131,7 @@ def test_target_out_of_memory_empties_the_cuda_cache_and_the_pair_goes_on(smol_p
 
     def score(*args):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == 2:  # the first verify after the prefill (a long draft may take all)
             smol_pair.target.device = "cuda"  # as if on cuda from here: empty_cache is asked
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_score(*args)

@@ -1,6 +1,8 @@
 """`--target-compile`: `auto` is on for cuda (eager, and saying why, without Triton); on the
-CPU it follows a measurement made once and cached; bad values are refused with the list of
-choices. `--target-dtype auto` on a GPU without bfloat16, and the default window."""
+CPU it follows a measurement made once per thread count and cached, taken as duo runs the
+target (its share of the cores) and a compiled CPU target is compiled for that share; bad
+values are refused with the list of choices. `--target-dtype auto` on a GPU without
+bfloat16, and the default window."""
 from __future__ import annotations
 
 import pytest
@@ -18,6 +20,8 @@ def fake_targets(monkeypatch, tmp_path):
 
     class Fake:
         def __init__(self, *args, **kwargs):
+            import torch
+            self.threads = torch.get_num_threads()  # what a compiled target would keep
             built.append((type(self).__name__, kwargs.get("compile")))
 
     monkeypatch.setattr(static, "StaticTarget", type("StaticTarget", (Fake,), {}))
@@ -51,9 +55,26 @@ def test_auto_on_the_cpu_follows_the_measurement_once(fake_targets, monkeypatch,
         return {"eager": eager, "compiled": compiled}
     monkeypatch.setattr(choice, "compare_paths", compare)
     for _ in range(2):
-        t = choice.load_target("m", "cpu", "float32", 4096, "auto")
-        assert fake_targets[-1][0] == picked and "measured faster on this CPU" in t.compile_choice
-    assert len(calls) == 1  # the verdict is cached
+        t = choice.load_target("m", "cpu", "float32", 4096, "auto", threads=2)
+        assert fake_targets[-1][0] == picked
+        assert "measured faster as duo runs it on this CPU: 2 thread(s)" in t.compile_choice
+    assert calls == [("m", "float32", 4096, 2)]  # timed at duo's share, then cached
+    if picked == "StaticTarget":
+        assert t.threads == 2 and "compiled for 2 thread(s), duo's target share" in t.compile_choice
+    choice.load_target("m", "cpu", "float32", 4096, "auto", threads=3)
+    assert calls[-1] == ("m", "float32", 4096, 3)  # the key names the thread count
+
+
+def test_a_compiled_cpu_target_is_compiled_for_duo_s_share(fake_targets):
+    """`on` too: a compiled CPU target keeps its count, so it is duo's share, never every
+    core (duo's draft beside it would make one thread more than the cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    t = choice.load_target("m", "cpu", "float32", 4096, "on", threads=1)
+    assert fake_targets[-1] == ("StaticTarget", True) and t.threads == 1
+    assert torch.get_num_threads() == before  # the target sets its count at each forward
+    assert t.compile_choice.startswith("on: as asked, compiled for 1 thread(s)")
 
 
 def test_cuda_without_triton_runs_eager_and_says_why(fake_targets, monkeypatch):
@@ -122,7 +143,7 @@ def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets,
 
     import models.fit.profiler as profiler
 
-    key = f"v4|{profiler.machine_key()}|compile|m|float32|ctx4096"
+    key = f"v5|{profiler.machine_key()}|compile|m|float32|ctx4096|duo|threads1"
     busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}
     (tmp_path / "target_paths.json").write_text(json.dumps({key: busy}))
     timed = []
@@ -130,12 +151,13 @@ def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets,
                         {"eager": [0.057, 0.080], "compiled": [0.054, 0.068]})
     now = [0.5]
     monkeypatch.setattr(profiler, "machine_load", lambda seconds=0.25: now[0])
-    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    load = lambda **k: choice.load_target("m", "cpu", "float32", 4096, "auto", threads=1, **k)  # noqa: E731
+    load()
     assert fake_targets[-1][0] == "TorchTarget" and not timed  # still busy: the verdict stays
     now[0] = 0.05
-    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    load()
     assert fake_targets[-1][0] == "StaticTarget" and len(timed) == 1  # quiet: timed again
-    choice.load_target("m", "cpu", "float32", 4096, "auto")
+    load()
     assert len(timed) == 1
-    choice.load_target("m", "cpu", "float32", 4096, "auto", remeasure=True)
+    load(remeasure=True)
     assert len(timed) == 2

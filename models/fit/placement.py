@@ -1,17 +1,40 @@
-"""Where each model of a pair runs and on how many threads: one value, computed once per
-loaded pair; the loader applies it and the engine reads its prefill count from GenConfig."""
+"""Where each model of a pair runs and on how many threads: one value per loaded pair, asked
+once per generation (`for_method`) for that method's Threads, which the loader applies and
+passes down (the budget profile's key, GenConfig's prefill count, the stats)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Threads:
+    """One generation's thread settings. `draft` 0: the draft does not run (vanilla);
+    `prefill` 0: the prompt prefills keep the decode counts; `overlapped`: draft and target
+    decode at the same time (duo), so their sum is what the cores must hold."""
+    draft: int
+    target: int
+    prefill: int = 0
+    overlapped: bool = False
+
+    @property
+    def busy(self) -> int:
+        """The most threads busy at once: both sides in duo, the larger side in sps (draft
+        and verify take turns), the target alone in vanilla."""
+        return self.draft + self.target if self.overlapped else max(self.draft, self.target)
+
+    def to_dict(self) -> dict:
+        return {"draft": self.draft, "target": self.target, "prefill": self.prefill}
+
+
+@dataclass(frozen=True)
 class Placement:
     """llama.cpp's threads spin at barriers, so the draft never takes every core: with a core
     short (another process, or torch beside it) a decode stalls. On cuda the target keeps one
-    core to launch its kernels; on a CPU-only machine duo splits the cores, and vanilla/sps
-    give the target all of them. A compiled CPU target keeps the count it was compiled with
-    (its graphs are guarded on it)."""
+    core to launch its kernels; on a CPU-only machine duo splits the cores (the draft's
+    measured count within the lower half, the target the upper half: never more busy threads
+    than cores), and vanilla/sps give the target all of them. A compiled CPU target keeps the
+    count it was compiled with (its graphs are guarded on it): duo's share (target_share), so
+    duo never oversubscribes; vanilla and sps run it at that count too."""
     target_device: str
     cores: int
     draft_threads: int  # the fastest measured within draft_share()
@@ -21,24 +44,26 @@ class Placement:
     def on_cuda(self) -> bool:
         return self.target_device.startswith("cuda")
 
-    def threads(self, method: str) -> tuple[int, int]:
-        """(draft, target) threads while `method` decodes."""
+    def for_method(self, method: str) -> Threads:
+        """The Threads while `method` decodes (its prompt prefills too)."""
+        draft = 0 if method in ("vanilla", "lookup") else self.draft_threads  # no draft model
         if self.on_cuda:
-            return self.draft_threads, 1
+            return Threads(draft, 1, 0, method == "duo")
         if self.target_fixed:
-            return self.draft_threads, self.target_fixed
-        return self.draft_threads, half_up(self.cores) if method == "duo" else self.cores
+            target = self.target_fixed
+        else:
+            target = target_share(self.target_device, self.cores) if method == "duo" else self.cores
+        # sps/duo: the prompt's prefills run alone, before the draft and target overlap, on
+        # every core (a compiled target's long-prompt prefill is eager: it takes them too);
+        # vanilla's prefill is its first verify, at the decode count
+        prefill = self.cores if draft else 0
+        return Threads(draft, target, prefill, method == "duo")
 
-    def prefill_threads(self, method: str) -> int:
-        """Threads for the prompt prefills, which run alone before the draft and target
-        overlap: every core on a CPU-only machine, 0 (keep the decode counts) otherwise."""
-        return 0 if method == "vanilla" or self.on_cuda else self.cores
-
-    def apply(self, method: str, drafter, target) -> tuple[int, int]:
-        draft_n, target_n = self.threads(method)
-        drafter.set_threads(draft_n)
-        target.set_threads(target_n)
-        return draft_n, target_n
+    def apply(self, threads: Threads, drafter, target) -> Threads:
+        if threads.draft:
+            drafter.set_threads(threads.draft)
+        target.set_threads(threads.target)
+        return threads
 
 
 def draft_share(target_device: str, cores: int) -> int:
@@ -46,6 +71,12 @@ def draft_share(target_device: str, cores: int) -> int:
     lower half of the cores when the target shares the CPU."""
     cores = max(1, cores)
     return max(1, cores - 1 if target_device.startswith("cuda") else cores // 2)
+
+
+def target_share(target_device: str, cores: int) -> int:
+    """The target's threads while duo decodes: one launcher thread on cuda, the upper half
+    of the cores on the CPU (draft_share + target_share <= cores from 2 cores up)."""
+    return 1 if target_device.startswith("cuda") else half_up(cores)
 
 
 def half_up(cores: int) -> int:

@@ -2,15 +2,20 @@
 target or the eager one) and the weights' precision (`--target-quant auto|none|int8|int4`).
 `auto` precision: the unquantized weights unless memory forces a smaller precision, on every
 device (a smaller one changes the answers: that trade stays the user's). `auto` path: compiled
-on cuda; on the CPU what timed faster here (both give the same float32 outputs), cached
-beside the budget profiles and timed again after a loaded start (models/fit/profiler.py.measured)."""
+on cuda; on the CPU what timed faster here as duo runs the target (at its share of the cores,
+the compiled one compiled for that count; both give the same float32 outputs), cached beside
+the budget profiles and timed again after a loaded start (models/fit/profiler.py.measured).
+A compiled CPU target is compiled for duo's share (docs/target-choice.md)."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from core.sampling import SamplingConfig
 from models.fit.memory import MIN_CTX, trained_window
+from models.fit.placement import half_up
 
 COMPILE_CHOICES = ("auto", "on", "off")
 QUANT_CHOICES = ("auto", "none", "int8", "int4")
@@ -63,29 +68,52 @@ def _running(device: str, dtype: str) -> tuple[str, ...]:
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                quant_group: int | None = None, remeasure: bool = False):
-    """The target for these options (`quant` already picked); `auto` on the CPU may time
-    both paths first (again with `remeasure`)."""
+                quant_group: int | None = None, remeasure: bool = False,
+                threads: int | None = None):
+    """The target for these options (`quant` already picked). `threads`: the target's share
+    of the cores while duo decodes (models/fit/placement.target_share); on the CPU `auto`
+    times both paths at that count (again with `remeasure`) and a compiled target is compiled
+    for it (its graphs keep it), so duo's draft and target never outnumber the cores."""
     from models.target.static import StaticTarget
     from models.target.eager import TorchTarget
 
     if compile not in COMPILE_CHOICES:
         raise ValueError(f"--target-compile must be one of {', '.join(COMPILE_CHOICES)}, "
                          f"got '{compile}'")
-    on = compile == "on" or (compile == "auto" and device.startswith("cuda"))
-    missing = triton_missing() if on and device.startswith("cuda") else None
+    cpu = not device.startswith("cuda")
+    threads = threads or (half_up(os.cpu_count() or 1) if cpu else 1)
+    on = compile == "on" or (compile == "auto" and not cpu)
+    missing = triton_missing() if on and not cpu else None
     if missing and compile == "on":
         raise ValueError(f"--target-compile on: {missing}; use --target-compile off (eager)")
-    if compile == "auto" and not on:
-        on = _cpu_prefers_compiled(model_dir, dtype, n_ctx, progress, remeasure)
+    times = None
+    if compile == "auto" and cpu:
+        times = cpu_path_times(model_dir, dtype, n_ctx, threads, progress, remeasure)
+        on = sum(times["compiled"]) < sum(times["eager"])
     if on and not missing:
-        target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
-                              progress=progress, quant=quant, quant_group=quant_group)
+        with cpu_threads(threads if cpu else None):
+            target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
+                                  progress=progress, quant=quant, quant_group=quant_group)
     else:
         target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
-    why = f"eager, since {missing}" if missing else _why(compile, device, on)
+    why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times)
     target.compile_choice = f"{compile}: {why}"
     return target
+
+
+@contextmanager
+def cpu_threads(n: int | None):
+    """torch's CPU threads at n for the block (a compiled CPU target is compiled for the count
+    it is built at, and sets it again before each forward)."""
+    import torch
+
+    prev = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
 
 
 def triton_missing() -> str | None:
@@ -100,29 +128,41 @@ def triton_missing() -> str | None:
     return None
 
 
-def _why(compile: str, device: str, on: bool) -> str:
+def _why(compile: str, device: str, on: bool, threads: int, times: dict | None) -> str:
+    """The placement line's reason: on the CPU, the thread count the compiled target keeps
+    (duo's share; vanilla and sps run it at that count too) and, for auto, the timings."""
+    cpu = not device.startswith("cuda")
+    kept = (f"compiled for {threads} thread(s), duo's target share; vanilla and sps run it "
+            f"at {threads} too" if on and cpu else "")
     if compile != "auto":
-        return "as asked"
-    if device.startswith("cuda"):
+        return "as asked" + (f", {kept}" if kept else "")
+    if not cpu:
         return "compiled on cuda"
-    return "compiled measured faster on this CPU" if on else "eager measured faster on this CPU"
+    ms = lambda name: f"{sum(times[name]) * 1e3:.1f} ms"  # noqa: E731
+    timed = (f"as duo runs it on this CPU: {threads} thread(s), 1+8-token forwards compiled "
+             f"{ms('compiled')}, eager {ms('eager')}")
+    return (f"compiled measured faster {timed}; {kept}" if on
+            else f"eager measured faster {timed}")
 
 
-def _cpu_prefers_compiled(model_dir: Path, dtype: str, n_ctx: int, progress=None,
-                          remeasure: bool = False) -> bool:
-    """True when the compiled forward timed faster than the eager one on this CPU."""
+def cpu_path_times(model_dir: Path, dtype: str, n_ctx: int, threads: int, progress=None,
+                   remeasure: bool = False) -> dict:
+    """{"eager": [s per PROBE_SIZES], "compiled": [...]}: the target's forwards on each path
+    at `threads` (duo's target share: the path that serves duo, the product's default),
+    measured once per machine, model, dtype, window and thread count."""
     from models.fit.profiler import machine_key, measured
 
-    key = f"v4|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}"
-    times = measured("target_paths.json", key, lambda: compare_paths(model_dir, dtype, n_ctx),
-                     remeasure, progress, "timing the eager vs the compiled target on this "
-                     "CPU (first load only)")["value"]
-    return sum(times["compiled"]) < sum(times["eager"])
+    key = f"v5|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}|duo|threads{threads}"
+    return measured("target_paths.json", key,
+                    lambda: compare_paths(model_dir, dtype, n_ctx, threads), remeasure,
+                    progress, f"timing the eager vs the compiled target at {threads} thread(s), "
+                    "as duo runs it, on this CPU (first load only)")["value"]
 
 
-def compare_paths(model_dir: Path, dtype: str, n_ctx: int) -> dict:
-    """The least forward time (s) at each PROBE_SIZES for both paths on the CPU, the two
-    targets timed in turn, round by round."""
+def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int) -> dict:
+    """The least forward time (s) at each PROBE_SIZES for both paths on the CPU at `threads`
+    torch threads (the compiled one compiled for that count), the two targets timed in turn,
+    round by round. The draft is not running beside them (docs/target-choice.md)."""
     from models.fit.memory import device_budget, model_dims
     from models.fit.profiler import interleaved, verify_once
     from models.target.static import StaticTarget
@@ -136,16 +176,17 @@ def compare_paths(model_dir: Path, dtype: str, n_ctx: int) -> dict:
     both = budget.free is None or 2 * budget.needed(dims, "none", n_ctx) <= budget.free
     groups = [list(makers)] if both else [[name] for name in makers]  # two copies fit?
     out = {}
-    for names in groups:
-        targets = {name: makers[name]() for name in names}
-        ctx = [100 + i for i in range(64)]
-        for target in targets.values():
-            target.score(ctx, 1, GREEDY)
-        best = interleaved({(name, n): (lambda t=t, n=n: verify_once(t, ctx, n))
-                            for name, t in targets.items() for n in PROBE_SIZES})
-        for name, target in targets.items():
-            out[name] = [best[(name, n)] for n in PROBE_SIZES]
-            target.close()
+    with cpu_threads(threads):
+        for names in groups:
+            targets = {name: makers[name]() for name in names}
+            ctx = [100 + i for i in range(64)]
+            for target in targets.values():
+                target.score(ctx, 1, GREEDY)
+            best = interleaved({(name, n): (lambda t=t, n=n: verify_once(t, ctx, n))
+                                for name, t in targets.items() for n in PROBE_SIZES})
+            for name, target in targets.items():
+                out[name] = [best[(name, n)] for n in PROBE_SIZES]
+                target.close()
     return out
 
 

@@ -44,6 +44,7 @@ class StaticTarget(TorchTarget):
         self.cache = None
         self._allocate()
         self._step = _compiled(self._decode, cuda) if compile else self._decode
+        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it)
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
         if compile:
             self.warm_up(progress)
@@ -133,6 +134,11 @@ class StaticTarget(TorchTarget):
         self._upload.copy_(host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
+        if self.fixed_threads and torch.get_num_threads() != self.fixed_threads:
+            # a graph compiled for the CPU is guarded on torch's thread count (another count
+            # recompiles every shape, tens of seconds each): it runs at the count it was
+            # compiled for; the eager long-prompt prefill takes what set_threads gave
+            torch.set_num_threads(self.fixed_threads)
         keys = self._keys[:span.span_for(n + size, self.spans)]
         torch._dynamo.maybe_mark_dynamic(keys, 0)
         choice, hidden = self._step(self._upload, keys, size)
@@ -180,14 +186,6 @@ class StaticTarget(TorchTarget):
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
-
-    def set_threads(self, n: int) -> int:
-        """A graph compiled for the CPU is guarded on torch's thread count (another count
-        recompiles every shape, tens of seconds each): the compiled CPU target keeps the count
-        it was compiled with."""
-        if self.fixed_threads:
-            return self.fixed_threads
-        return super().set_threads(n)
 
     def close(self) -> None:
         if self.model is not None:
