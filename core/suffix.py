@@ -11,6 +11,7 @@ the last token; each longer match only filters the survivors.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,8 @@ import numpy as np
 MAX_MATCH = 32  # longest tail matched (SuffixDecoding's tree depth is 64; 32 tokens decide)
 MIN_CONF = 0.05  # a walk ends below this path confidence
 SEP = -1  # between documents in the memory: no match crosses it
+PAST = -2  # past the end of the index (a walk's gathered rows)
+MAX_OCC = 256  # occurrences a walk counts: the latest (a frequent short match needs no more)
 
 
 @dataclass
@@ -91,20 +94,24 @@ class SuffixIndex:
 
     def walk(self, ends: np.ndarray, match: int, max_len: int,
              first: int | None = None) -> Lookup:
-        """From the occurrences `ends` of a `match`-token tail: the most frequent next token,
-        again and again (ties: the latest occurrence's), while the path confidence stays
-        above MIN_CONF. `first` forces the first token (candidates)."""
-        toks, out, path = self.tokens, Lookup(match=match), 1.0
+        """From the occurrences `ends` of a `match`-token tail (the latest MAX_OCC of them):
+        the most frequent next token, again and again (ties: the latest occurrence's), while
+        the path confidence stays above MIN_CONF. `first` forces the first token
+        (candidates). The tokens after each occurrence are gathered once; the walk itself
+        runs over Python lists (a few small steps cost less than numpy calls)."""
+        ends = ends[ends + 1 < self.n][-MAX_OCC:]
+        if len(ends) == 1 and first is None:  # one occurrence: a copy
+            return self._copy(Lookup(match=match), int(ends[0]), match, max_len, 1.0)
+        pos = ends[:, None] + 1 + np.arange(max_len)
+        rows = np.where(pos < self.n, self.tokens[np.minimum(pos, self.n - 1)], PAST).tolist()
+        out, path, alive = Lookup(match=match), 1.0, list(range(len(rows)))
         for d in range(max_len):
-            ends = ends[ends + 1 < self.n]
-            if not len(ends):
+            col = [rows[i][d] for i in alive]
+            valid = [t for t in col if t != PAST]
+            if not valid:
                 break
-            if len(ends) == 1 and (first is None or d):  # one occurrence: a copy
-                return self._copy(out, int(ends[0]), match + d, max_len - d, path)
-            nxt = toks[ends + 1]
-            tok = _most_frequent(nxt) if first is None or d else first
-            agree = nxt == tok
-            share = float(agree.sum()) / len(nxt)
+            tok = _most_frequent(valid) if first is None or d else first
+            share = valid.count(tok) / len(valid)
             if tok == SEP or share == 0.0:
                 break
             seen = match + d
@@ -114,7 +121,7 @@ class SuffixIndex:
                 break
             out.tokens.append(int(tok))
             out.conf.append(conf)
-            ends = ends[agree] + 1
+            alive = [i for i, t in zip(alive, col) if t == tok]
         return out
 
     def _copy(self, out: Lookup, end: int, seen: int, n: int, path: float) -> Lookup:
@@ -153,10 +160,13 @@ class SuffixIndex:
         return self.tokens[-MAX_MATCH:].tolist()
 
 
-def _most_frequent(nxt: np.ndarray) -> int:
-    if len(nxt) == 1 or (nxt == nxt[0]).all():
-        return int(nxt[0])
-    return _ranked(nxt)[0]
+def _most_frequent(nxt: list[int]) -> int:
+    """The most frequent token, ties to the latest (the list is in occurrence order)."""
+    if nxt.count(nxt[-1]) == len(nxt):  # all agree: the common case in a copy
+        return nxt[-1]
+    counts = Counter(nxt)
+    top = max(counts.values())
+    return next(t for t in reversed(nxt) if counts[t] == top)
 
 
 def _ranked(nxt: np.ndarray) -> list[int]:
@@ -187,7 +197,7 @@ class SuffixMemory:
             return sum(len(d) for d in self._docs)
 
     def add(self, ids) -> None:
-        doc = np.asarray(list(ids), dtype=np.int64)[-self.cap_tokens:] if self.cap_tokens else []
+        doc = np.asarray(ids, dtype=np.int64)[-self.cap_tokens:] if self.cap_tokens else []
         if not len(doc):
             return
         with self._lock:
