@@ -59,6 +59,11 @@ class PairSpec:
         return self.draft.get("file")
 
     @property
+    def infill(self) -> bool:
+        """The target has fill-in-the-middle tokens (/infill; app/infill.py reads them)."""
+        return bool(self.extra.get("infill", False))
+
+    @property
     def gated(self) -> bool:
         return bool(self.extra.get("gated", False))
 
