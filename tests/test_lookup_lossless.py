@@ -1,0 +1,236 @@
+"""The lookup keeps every method lossless (issue 30): greedy ids are vanilla's (fakes, smol-self,
+gemma-smol), the coupled sampler keeps a seed's text, the rejection sampler's one-hot q keeps
+the target's distribution (chi-square), a grammar cuts a lookup draft, and the lookup's
+acceptance is learned apart from the model draft's."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from core.backends import Draft, QRows, SampleCheck
+from core.budget import LookupBands
+from core.constraints import Adjuster
+from core.engine import GenConfig, Run, generate
+from core.fusion import LookupPolicy
+from core.learned import Learned
+from core.sampling import Noise, SamplingConfig, logits_to_probs
+from core.suffix import ContextLookup
+from core.verify import sampled_scores, verify_sampled
+from tests.conftest import vanilla_ids
+from tests.fakes import FakeDrafter, FakeGrammar, FakeTarget, decode, fake_profile, markov
+from tests.test_sampling_lossless import assert_matches
+
+V = 24
+P = markov(V, 1, sharp=0.3)
+Q = markov(V, 2, sharp=0.3)
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2, 3, 4, 5, 6]  # a copy to continue
+
+
+def run(method, lookup="auto", n=60, prompt=COPY, target=None, drafter=None, learned=None,
+        grammar=None, **options):
+    target = target or FakeTarget(P)
+    drafter = None if method in ("vanilla", "lookup") else drafter or FakeDrafter(Q)
+    cfg = GenConfig(method=method, max_new_tokens=n, lookup=lookup, **options)
+    events = list(generate(target, drafter, prompt, cfg, decode, fake_profile(),
+                           learned=learned, grammar=grammar))
+    ids = [t for e in events for t in e.tokens]
+    return ids, [s for e in events for s in e.sources], events[-1].stats
+
+
+@pytest.mark.parametrize("method,lookup", [("duo", "off"), ("duo", "auto"), ("duo", "on"),
+                                           ("lookup", "auto"), ("lookup", "on")])
+@pytest.mark.parametrize("drafter", ["unlike", "like"])
+def test_greedy_is_vanilla(method, lookup, drafter):
+    ref = run("vanilla")[0]
+    draft = FakeDrafter(Q if drafter == "unlike" else P)  # like: model chunks to fuse with
+    ids, sources, stats = run(method, lookup, drafter=draft)
+    assert ids == ref
+    assert len(sources) == len(ids)
+    lk = stats["lookup"]
+    if lookup == "off":
+        assert lk["rounds"] == lk["proposed"] == 0 and "lookup" not in sources
+        assert {r["source"] for r in stats["rounds_log"]} <= {"model", "plain"}
+    else:
+        assert lk["accepted"] > 0 and sources.count("lookup") > 0
+        assert lk["share"] == pytest.approx(sources.count("lookup") / len(ids))
+        assert 0 < lk["acceptance"] <= 1 and lk["won"] <= lk["rounds"]
+
+
+def test_fused_rounds_extend_a_model_chunk():
+    """A draft as good as the target gives chunks; the index continues them (fused)."""
+    ids, sources, stats = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
+    assert ids == run("vanilla")[0]
+    kinds = {r["source"] for r in stats["rounds_log"]}
+    assert "fused" in kinds and {"draft", "lookup"} <= set(sources)
+
+
+def test_gamma_zero_still_has_lookup_rounds():
+    """A draft far from the target: the budget stops drafting (the plain branch), yet the
+    index's continuations are still verified."""
+    learned = Learned()
+    learned.budgets["duo"] = {"alpha": 0.02, "draft_scale": 1.0, "verify_scale": 1.0,
+                              "profile": fake_profile(), "since_probe": 0}
+    ids, sources, stats = run("duo", "auto", learned=learned, drafter=FakeDrafter(Q))
+    assert ids == run("vanilla")[0]
+    assert stats["lookup"]["won"] > 0 and "lookup" in sources
+
+
+def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
+    learned = Learned()
+    run("lookup", "on", learned=learned)
+    assert "lookup" in learned.lookup_bands
+    assert learned.lookup_bands["lookup"] != list(LookupBands().alpha)
+    assert learned.budgets["lookup"]["alpha"] == 0.8  # the model draft's prior, untouched
+
+
+def test_bands_observe_passes_then_one_failure():
+    bands = LookupBands(ema=1.0)
+    bands.observe([0.95, 0.95, 0.5, 0.1], accepted=2)
+    assert bands.alpha[4] == 1.0 and bands.alpha[1] == 0.0  # passed; the first rejected
+    assert bands.alpha[0] == LookupBands().alpha[0]  # after the rejection: not tried
+
+
+def test_lookup_off_keeps_todays_rounds():
+    """off: the same rounds as a generation that never heard of the lookup."""
+    a = run("duo", "off", drafter=FakeDrafter(P), gamma=3)
+    b = run("duo", "off", drafter=FakeDrafter(P), gamma=3)
+    assert a[0] == b[0] == run("vanilla")[0]
+    assert [(r["drafted"], r["accepted"]) for r in a[2]["rounds_log"]] == \
+        [(r["drafted"], r["accepted"]) for r in b[2]["rounds_log"]]
+    assert set(a[1]) <= {"draft", "target"}
+
+
+def test_config_names_lookup():
+    for bad in (GenConfig(lookup="maybe"), GenConfig(method="lookup", lookup="off"),
+                GenConfig(method="sps", lookup="on")):
+        with pytest.raises(ValueError, match="lookup"):
+            bad.validate()
+    GenConfig(method="sps", lookup="auto").validate()
+
+
+# -- sampling -------------------------------------------------------------------------------
+def test_coupled_seeds_keep_vanillas_text():
+    sampling = SamplingConfig(0.8)
+    for seed in (0, 1, 2):
+        ref = run("vanilla", sampling=sampling, seed=seed)[0]
+        for method, lookup in (("duo", "on"), ("lookup", "on"), ("duo", "auto")):
+            ids = run(method, lookup, sampling=sampling, seed=seed, drafter=FakeDrafter(P))[0]
+            assert ids == ref
+
+
+V4, N4 = 4, 3
+P4 = markov(V4, seed=1, sharp=0.7)
+COPY4 = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]
+
+
+def exact_joint4(sampling):
+    rows = logits_to_probs(np.log(P4 + 1e-30), sampling)
+    joint = {}
+    for seq in itertools.product(range(V4), repeat=N4):
+        prob, last = 1.0, COPY4[-1]
+        for t in seq:
+            prob *= rows[last, t]
+            last = t
+        joint[seq] = prob
+    return joint
+
+
+@pytest.mark.parametrize("method", ["lookup", "duo"])
+def test_rejection_sampler_with_one_hot_lookups_keeps_the_distribution(method):
+    sampling, n, counts, proposed = SamplingConfig(1.0), 2000, {}, 0
+    target, drafter = FakeTarget(P4), FakeDrafter(markov(V4, seed=2, sharp=0.7))
+    for seed in range(n):
+        cfg = GenConfig(method=method, max_new_tokens=N4, sampling=sampling, seed=seed,
+                        sampler="rejection", lookup="on", gamma=2, multi_seq=False)
+        events = list(generate(target, None if method == "lookup" else drafter, COPY4, cfg,
+                               decode, fake_profile()))
+        toks = tuple(t for e in events for t in e.tokens)
+        counts[toks] = counts.get(toks, 0) + 1
+        proposed += events[-1].stats["lookup"]["proposed"]
+    assert proposed > n  # the lookup's tokens were on trial
+    assert_matches(counts, exact_joint4(sampling), n)
+
+
+def test_one_hot_rows_verify_as_dense_ones():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(6), size=3)
+    dense_row = rng.dirichlet(np.ones(6))
+    q = QRows([dense_row, 4, 1])
+    dense = np.stack([dense_row, np.eye(6)[4], np.eye(6)[1]])
+    draft = [2, 4, 1]
+    for seed in range(20):
+        noise = Noise(seed)
+        a = sampled_scores(p, SampleCheck(draft[:2], q[:2], noise, 5))
+        b = sampled_scores(p, SampleCheck(draft[:2], dense[:2], noise, 5))
+        assert a == b
+        assert verify_sampled(draft[:2], q, a, noise, 5) == verify_sampled(draft[:2], dense, b,
+                                                                          noise, 5)
+    assert q[1, 4] == 1.0 and q[1, 3] == 0.0 and q[0, 2] == dense_row[2]
+    assert len(q[1:]) == 2 and q[1:].parts()[2:] == ([0, 1], [4, 1])
+
+
+def test_device_rows_build_one_hot_rows_on_the_device():
+    torch = pytest.importorskip("torch")
+    from models.target.sampling import device_scores
+
+    rng = np.random.default_rng(1)
+    logits = np.log(rng.dirichlet(np.ones(6), size=3)).astype(np.float32)
+    dense_row = rng.dirichlet(np.ones(6))
+    q, dense = QRows([dense_row, 3]), np.stack([dense_row, np.eye(6)[3]])
+    for seed in range(10):
+        a = device_scores(torch.from_numpy(logits), SamplingConfig(1.0),
+                          SampleCheck([1, 3], q, Noise(seed), 0))
+        b = device_scores(torch.from_numpy(logits), SamplingConfig(1.0),
+                          SampleCheck([1, 3], dense, Noise(seed), 0))
+        assert (a.recovered, a.bonus) == (b.recovered, b.bonus)
+
+
+# -- grammar --------------------------------------------------------------------------------
+def test_a_grammar_cuts_a_lookup_draft_at_its_first_refused_token():
+    prompt = [5, 7, 8, 9, 6, 5, 7]
+    cfg = GenConfig(method="lookup", lookup="on")
+    run_ = Run(FakeTarget(P), prompt, cfg, decode, grammar=FakeGrammar(V))
+    run_.adjust = Adjuster(len(prompt) - 1, FakeGrammar(V))  # 7 is generated: prev = 7
+    policy = LookupPolicy(ContextLookup(prompt), LookupBands(), "on", sampled=False)
+    found = policy.proposal(run_, [], 3)
+    # allowed when (2 * prev + t) % 3 != 0: 8 after 7 (22), 9 after 8 (25); 6 after 9 (24) not
+    assert found.tokens == [8, 9]
+    assert ContextLookup(prompt).propose(3).tokens == [8, 9, 6]
+
+
+def test_grammar_generation_with_lookups_is_vanilla():
+    ref = run("vanilla", grammar=FakeGrammar(V))[0]
+    for method in ("duo", "lookup"):
+        assert run(method, "on", grammar=FakeGrammar(V), drafter=FakeDrafter(P))[0] == ref
+
+
+# -- real pairs -----------------------------------------------------------------------------
+COPY_TEXT = ("Copy this list exactly, twice.\nList: red apple, green pear, yellow lemon, "
+             "purple plum, orange peach, black cherry.\nFirst copy: red apple, green pear, "
+             "yellow lemon, purple plum, orange peach, black cherry.\nSecond copy:")
+
+
+def test_smol_self_greedy_is_vanilla(smol_pair):
+    ids = smol_pair.tokenizer(COPY_TEXT)["input_ids"]
+    ref = vanilla_ids(smol_pair, ids, 40)
+    for method, lookup in (("duo", "off"), ("duo", "auto"), ("duo", "on"), ("lookup", "auto")):
+        events = list(smol_pair.generate(list(ids), GenConfig(method=method, lookup=lookup,
+                                                              max_new_tokens=40)))
+        assert [t for e in events for t in e.tokens] == ref, (method, lookup)
+        stats = events[-1].stats
+        if lookup != "off":
+            assert stats["lookup"]["accepted"] > 0, (method, lookup)
+    assert len(smol_pair.lookup_memory) > 0  # each finished generation is remembered
+    smol_pair.lookup_memory.clear()
+
+
+def test_gemma_smol_lookup_tokens_need_no_translation(gemma_pair):
+    ids = gemma_pair.tokenizer(COPY_TEXT)["input_ids"]
+    ref = vanilla_ids(gemma_pair, ids, 24)
+    events = list(gemma_pair.generate(list(ids), GenConfig(method="duo", lookup="on",
+                                                           max_new_tokens=24)))
+    assert [t for e in events for t in e.tokens] == ref
+    assert events[-1].stats["lookup"]["accepted"] > 0
+    gemma_pair.lookup_memory.clear()
