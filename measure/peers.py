@@ -1,5 +1,6 @@
 """Peer methods the benchmark compares with: transformers' own generate on the pair's target
-(assisted, prompt lookup, static cache) and the target's GGUF decoded by llama.cpp alone."""
+weights (assisted, prompt lookup, static cache; a model of their own sharing the weights, on
+every target path: measure/peer_model.py) and the target's GGUF decoded by llama.cpp alone."""
 from __future__ import annotations
 
 import logging
@@ -12,10 +13,12 @@ from core.sampling import SamplingConfig
 from models.pairs.catalog import draft_path, target_source
 from models.pairs.convert import converted_dir
 from models.draft.llama import extra_buffers_safe
+from measure.peer_model import peer_model
 
 PEERS = ("hf-assisted", "hf-pld", "hf-static", "llamacpp")
 PLD_TOKENS = 10  # prompt_lookup_num_tokens
 MIN_STATIC_LEN = 256  # the static cache is sized in powers of two from here to the window
+STATIC_COMPILE: bool | None = None  # hf-static: None, the first run decides; False: no compile
 
 log = logging.getLogger("duo.peers")
 
@@ -68,15 +71,18 @@ def gguf_target(spec):
 
 
 class Peers:
-    """The peers on one pair: the target model is the pair's own; the assistant (the draft's
-    PyTorch weights) and the llama.cpp target load on first use."""
+    """The peers on one pair: the transformers peers run a model of their own made from the
+    pair's target (its weights shared, attention at SDPA, whatever path the target runs); the
+    assistant (the draft's PyTorch weights) and the llama.cpp target load on first use. Each
+    peer runs alone, on every core."""
 
     def __init__(self, pair):
         self.pair = pair
+        self.model = None  # peer_model(pair.target), made at the first transformers run
         self.assistant = None  # (model, tokenizer or None when the pair shares one)
         self.llama = None
         self.static_len = 0  # the static cache's length so far (it only grows)
-        self.compile: bool | None = None  # hf-static: None until the first run decides
+        self.compile = STATIC_COMPILE  # hf-static: None until the first run decides
 
     def run(self, ids: list[int], cfg: PeerConfig) -> dict:
         go = {"hf-assisted": self._assisted, "hf-pld": self._pld, "hf-static": self._static,
@@ -152,10 +158,14 @@ class Peers:
         import torch
 
         target = self.pair.target
-        model, eos = target.model, sorted(target.eos_ids)
+        if self.model is None:
+            self.model = peer_model(target)
+        model, eos = self.model, sorted(target.eos_ids)
         x = torch.tensor([ids], dtype=torch.long, device=target.device)
         streamer = first_token_streamer()
-        prev = target.set_threads(self.pair.opts.cores)
+        prev = torch.get_num_threads()  # the target's set_threads may keep a compiled count
+        if not self._on_cuda():
+            torch.set_num_threads(self.pair.opts.cores)
         torch.manual_seed(cfg.seed)
         try:
             with torch.inference_mode():
@@ -167,7 +177,7 @@ class Peers:
                 target.synchronize()
                 wall = time.perf_counter() - streamer.t0
         finally:
-            target.set_threads(prev)
+            torch.set_num_threads(prev)
         tokens, reason = _until_eos(out[0, len(ids):].tolist(), target.eos_ids, cfg)
         rounds = streamer.pushes if speculative else 0
         accepted = streamer.tokens - streamer.pushes if speculative else 0
