@@ -1,6 +1,7 @@
-"""The benchmark's peer methods on the real smol-self pair: greedy transformers peers give
-vanilla's tokens exactly (float32 on the CPU), llama.cpp decodes the target's GGUF, and bad
-requests fail with a clear ValueError."""
+"""The benchmark's peer methods on the real smol-self pair (eager target; the static target's
+in tests/test_defaults.py): greedy transformers peers give vanilla's tokens exactly (float32
+on the CPU) on a model of their own sharing the target's weights, llama.cpp decodes the
+target's GGUF, and bad requests fail with a clear ValueError."""
 from __future__ import annotations
 
 import copy
@@ -20,10 +21,15 @@ N = 16
 @pytest.fixture(scope="module")
 def pair(smol_pair):
     """smol-self on one core (the same loaded models): torch's and llama.cpp's threads spin at
-    barriers, and on a busy test machine a second one stalls for seconds a token."""
+    barriers, and on a busy test machine a second one stalls for seconds a token. hf-static
+    without torch.compile (minutes on a CPU; the benchmark compiles)."""
+    import measure.peers as peers
+
     one_core = copy.copy(smol_pair)
     one_core.opts = replace(smol_pair.opts, cores=1)
-    return one_core
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(peers, "STATIC_COMPILE", False)
+        yield one_core
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +39,31 @@ def vanilla(pair):
             for p in PROMPTS}
 
 
-@pytest.mark.parametrize("method", ["hf-assisted", "hf-pld"])
+@pytest.mark.parametrize("method", ["hf-assisted", "hf-pld", "hf-static"])
 def test_transformers_peers_match_vanilla(pair, vanilla, method):
     for prompt in PROMPTS:
         s = run_peer(pair, pair.prompt_ids(prompt), PeerConfig(method, N))
         assert s["token_ids"] == vanilla[prompt], (method, prompt)
         assert s["new_tokens"] == len(s["token_ids"])
         assert s["wall_s"] > 0 and 0 < s["ttft_s"] <= s["wall_s"]
-        assert s["rounds"] >= 1 and s["method"] == method
+        assert s["method"] == method and (s["rounds"] >= 1) == (method != "hf-static")
+    if method == "hf-static":
+        assert s["compiled"] is False and s["static_cache_len"] >= N
+
+
+def test_the_peers_model_shares_the_target_s_weights_and_leaves_it_alone(pair):
+    import torch
+
+    from measure.peer_model import peer_model, shares_weights
+
+    model = pair.target.model
+    twin = peer_model(pair.target)
+    assert twin is not model and shares_weights(twin, model)
+    assert twin.config is not model.config and twin.config._attn_implementation == "sdpa"
+    assert twin.lm_head.weight is model.model.embed_tokens.weight  # still tied
+    x = torch.tensor([pair.prompt_ids(PROMPTS[0])])
+    with torch.inference_mode():
+        assert torch.equal(twin(x).logits, model(x).logits)
 
 
 def test_llamacpp_decodes_the_target_gguf(pair):
