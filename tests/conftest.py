@@ -16,6 +16,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
 import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
+from tests.profiles import use_fixed_profiles  # noqa: E402
+
+use_fixed_profiles()  # the suite's pairs get fixed budget profiles (tests/profiles.py: why)
 
 
 def reference_pair(name: str):
