@@ -87,6 +87,19 @@ def gemma_pair():
     pair.close()
 
 
+@pytest.fixture(scope="session")
+def compiled_pair():
+    """smol-self on the compiled static target, two buckets (each compiles a graph), one per
+    worker for the files that check it (test_grammar.py, test_target_static.py)."""
+    from models.loader import LoadOptions, Pair
+
+    pair = Pair("smol-self", LoadOptions(device="cpu", dtype="float32", target_compile="on",
+                                         target_quant="none", compile_buckets=(4, 16),
+                                         n_ctx=512))
+    yield pair
+    pair.close()
+
+
 @pytest.fixture(scope="module")
 def pair_with(smol_pair):
     """smol-self loaded with other LoadOptions; the budget reuses smol_pair's profile (the

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 # on the real pair by the spot checks (test_target_static.py), which stay timed. Each pair
 # gets one plausible 2-core profile: target forward (1 token, 32 tokens), draft s/token.
 FIXED = {"smol-self": (0.030, 0.090, 0.008), "gemma-smol": (0.045, 0.300, 0.008)}
-SHARED = ("converted", "vocab", "inductor")  # with the user's cache: made once, any run
+SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
 
 def fixed_profile(pair_name: str) -> dict:

@@ -31,9 +31,9 @@ def run(pair, prompt, n=48, **kw):
 
 
 @pytest.fixture(scope="module")
-def compiled(pair_with):
-    """smol-self with the compiled static target, two buckets (each compiles a graph)."""
-    return pair_with(target_compile="on", compile_buckets=(4, 16), n_ctx=512)
+def compiled(compiled_pair):
+    """smol-self on the compiled target (conftest: compiled once per worker)."""
+    return compiled_pair
 
 
 @pytest.mark.parametrize("fields", ADJUSTED.values(), ids=ADJUSTED.keys())

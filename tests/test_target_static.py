@@ -168,9 +168,9 @@ def test_device_sampled_scores_equal_the_reference(sampling):
 
 
 @pytest.fixture(scope="module")
-def compiled(pair_with):
-    """smol-self with the compiled target, two buckets only (each one compiles a graph)."""
-    return pair_with(target_compile="on", compile_buckets=(4, 16), n_ctx=512)
+def compiled(compiled_pair):
+    """smol-self on the compiled target (conftest: compiled once per worker)."""
+    return compiled_pair
 
 
 def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
