@@ -32,7 +32,7 @@ class LoadOptions:
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
     n_ctx: int | None = None  # None: the trained window, capped by memory (--ctx-size)
-    target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster), on, off
+    target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster for duo), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
     remeasure: bool = False  # time the path, the draft threads and the budget profiles again

@@ -2,7 +2,9 @@
 tokens; cached per machine, pair, draft file, device, target dtype, precision, path and
 thread counts. Every measurement is the minimum of several rounds that interleave the
 candidates, and is stored with the other processes' share of the CPU while it ran: one
-taken under load is taken again at a later start when the machine is quieter."""
+taken under load is taken again at a later start when the machine is quieter. The draft and
+the target are timed apart, not side by side as duo runs them: the budget's online scales
+(core/learned.py) follow what a generation really gets (docs/target-choice.md)."""
 from __future__ import annotations
 
 import json
