@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
-DRAFT, TARGET = "#4c8bf5", "#f08c2e"
+DRAFT, TARGET, LOOKUP = "#4c8bf5", "#f08c2e", "#8e44ad"
+LOOKUP_SOURCES = ("lookup", "fused")  # rounds whose draft came from the suffix index
 MAX_ROUNDS = 300  # more are summarised in the title, not drawn
 
 
@@ -25,7 +26,8 @@ def _empty(ax, message: str) -> None:
 
 
 def timeline(stats: dict | None) -> Figure:
-    """Gantt-like: one row for the draft model, one for the target; each round's spans."""
+    """Gantt-like: one row for the draft model, one for the target; each round's spans; a
+    third row marks the rounds that verified a lookup draft (docs/lookup.md)."""
     fig, ax = _figure()
     rounds = (stats or {}).get("rounds_log") or []
     if not rounds:
@@ -41,16 +43,23 @@ def timeline(stats: dict | None) -> Figure:
                            linewidth=0.4, hatch="//" if r.get("predrafted") else None)
         ax.broken_barh([(v0, v1 - v0)], (0.1, 0.8), facecolors=TARGET, edgecolors="white",
                        linewidth=0.4)
+        if r.get("source") in LOOKUP_SOURCES:  # cross-hatched: fused with the model's chunk
+            ax.broken_barh([(v0, v1 - v0)], (2.1, 0.8), facecolors=LOOKUP, edgecolors="white",
+                           linewidth=0.4, hatch="xx" if r["source"] == "fused" else None)
         if len(shown) <= 40 and r["drafted"]:
             hit = "+" if r.get("predraft_hit") else ""
             ax.text((v0 + v1) / 2, 0.5, f"{r['accepted']}/{r['drafted']}{hit}", ha="center",
                     va="center", fontsize=7)
-    ax.set_yticks([0.5, 1.5], ["target\nverify", "draft"])
+    looked = sum(r.get("source") in LOOKUP_SOURCES for r in rounds)
+    rows = ["target\nverify", "draft"] + (["lookup"] if looked else [])
+    ax.set_yticks([0.5, 1.5, 2.5][:len(rows)], rows)
     ax.set_xlabel("ms since the request")
     more = f" (first {MAX_ROUNDS} of {len(rounds)})" if len(rounds) > MAX_ROUNDS else ""
+    lookup = (f"; lookup rounds: {looked} of {len(rounds)} (purple; cross-hatched: fused)"
+              if looked else "")
     ax.set_title(f"{stats.get('method')}: draft vs target work per round{more}; "
                  f"labels: accepted/drafted (+: the rejection's pre-draft was ready; hatched: "
-                 f"pre-drafting)", fontsize=9)
+                 f"pre-drafting){lookup}", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     return fig
 

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 
+from core.config import LOOKUP_CHOICES
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
 from models.target.choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
@@ -97,6 +98,11 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predraft", choices=("on", "off"), default="on",
                    help="duo: pre-draft likely rejection outcomes while the target verifies "
                         "(on: the cost model decides each round; off: none)")
+    p.add_argument("--lookup", choices=LOOKUP_CHOICES, default="auto",
+                   help="duo and lookup: drafts found in the prompt and earlier answers (a "
+                        "suffix index, no model; docs/lookup.md). auto: the draft budget picks "
+                        "the model's chunk, the lookup's or both each round; on: the lookup's "
+                        "whenever it has one; off: model drafts only")
 
 
 def parse_gamma(value: str) -> int | None:
@@ -108,7 +114,8 @@ def parse_gamma(value: str) -> int | None:
         raise ValueError(f"--gamma must be 'auto' or a number, got '{value}'") from None
 
 
-def gen_config(args, method: str) -> GenConfig:
+def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
+    """`lookup`: instead of args.lookup (the benchmark's methods that never look up)."""
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
@@ -117,7 +124,7 @@ def gen_config(args, method: str) -> GenConfig:
                     stop_strings=tuple(args.stop), sequential=args.sequential,
                     multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
                     theta_scale=args.theta_scale, static_k=args.static_k,
-                    predraft=args.predraft == "on")
+                    predraft=args.predraft == "on", lookup=lookup or args.lookup)
     cfg.validate()
     return cfg
 

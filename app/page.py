@@ -6,6 +6,7 @@ import gradio as gr
 
 from app.host import pair_choices
 from app.view import SOURCE_COLORS, sizes_line
+from core.config import LOOKUP_CHOICES
 from core.engine import METHODS
 from models.pairs.catalog import PairError, get_pair
 
@@ -96,6 +97,9 @@ def _controls(app) -> dict:
         c["max_seqs"] = gr.Slider(1, 8, value=4, step=1, label="max sequences")
         c["theta_scale"] = gr.Slider(0.1, 4, value=1.0, step=0.1, label="threshold scale")
         c["predraft"] = gr.Checkbox(value=True, label="pre-draft rejection outcomes (duo)")
+        c["lookup"] = gr.Radio(list(LOOKUP_CHOICES), value="auto", elem_id="lookup",
+                               label="lookup drafts: text copied from the prompt and earlier "
+                                     "answers (duo, lookup; auto: the budget picks)")
         c["remeasure"] = gr.Button("Measure this machine again", size="sm", elem_id="remeasure")
     return c
 
@@ -111,7 +115,7 @@ def _wire(app, demo: gr.Blocks, ui: dict) -> None:
     c = ui["controls"]
     settings = [c[k] for k in ("method", "max_new", "temperature", "top_p", "top_k", "seed",
                                "gamma_mode", "gamma", "multi_seq", "max_seqs", "theta_scale",
-                               "predraft")]
+                               "predraft", "lookup")]
     model = [c["pair"], c["raw"], c["system"], *settings]
     inputs, outputs = [ui["prompt"], ui["chatbot"], *model], [ui[k] for k in OUTPUTS]
     engine = dict(concurrency_limit=1, concurrency_id=ENGINE, show_progress="minimal")

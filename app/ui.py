@@ -19,8 +19,8 @@ from app.chat import (clean_history, context_prompt, conversation, last_question
                       no_text_note, with_system, write_exports)
 from app.host import ModelHost
 from app.page import CSS, COMPARE, OUTPUTS, SPEED_HINT, build
-from app.view import (Settings, Trace, compare_table, final_panel, jsonable, live_panel,
-                      placement_line)
+from app.view import (Settings, Trace, compare_table, final_panel, for_method, jsonable,
+                      live_panel, placement_line)
 from models.pairs.catalog import PairError, get_pair
 from models.prompt_text import has_text
 
@@ -240,7 +240,7 @@ class App:
             ids = pair.prompt_ids(prompt, raw=raw)
             for method in COMPARE:
                 trace = Trace(pair.decode)
-                with closing(pair.generate(ids, replace(base, method=method))) as events:
+                with closing(pair.generate(ids, for_method(base, method))) as events:
                     for ev in events:
                         trace.add(ev)
                         if stopped():

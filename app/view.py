@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
-SOURCE_LABELS = {"draft": "accepted draft", "target": "target"}
-SOURCE_COLORS = {"accepted draft": "#7fd08a", "target": "#f5b76b"}
+SOURCE_LABELS = {"draft": "accepted draft", "lookup": "lookup (copied)", "target": "target"}
+SOURCE_COLORS = {"accepted draft": "#7fd08a", "lookup (copied)": "#c3a6e0", "target": "#f5b76b"}
+LOOKUP_METHODS = ("duo", "lookup")  # the methods the lookup setting applies to
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Settings:
     max_seqs: int = 4
     theta_scale: float = 1.0
     predraft: bool = True
+    lookup: str = "auto"  # duo and lookup: drafts from the suffix index (docs/lookup.md)
 
     def gen_config(self, method: str | None = None) -> GenConfig:
         for name in ("temperature", "top_p", "theta_scale"):  # the engine's checks let NaN by
@@ -45,8 +47,16 @@ class Settings:
                         gamma=int(self.gamma) if self.gamma_mode == "fixed" else None,
                         multi_seq=bool(self.multi_seq), max_seqs=int(self.max_seqs),
                         theta_scale=float(self.theta_scale), predraft=bool(self.predraft))
+        cfg = for_method(replace(cfg, lookup=str(self.lookup)), cfg.method)
         cfg.validate()
         return cfg
+
+
+def for_method(cfg: GenConfig, method: str) -> GenConfig:
+    """`cfg` for `method`: the lookup setting where it applies, "auto" for the methods that
+    draft with the model only or not at all (the page's comparison runs them all)."""
+    return replace(cfg, method=method,
+                   lookup=cfg.lookup if method in LOOKUP_METHODS else "auto")
 
 
 class Trace:
@@ -111,9 +121,10 @@ def live_panel(trace: Trace, method: str) -> str:
     """Display numbers only (elapsed, tokens so far); the final numbers come from the stats."""
     n, t = len(trace.ids), trace.elapsed
     drafted = sum(s == "draft" for s in trace.sources)
+    looked = sum(s == "lookup" for s in trace.sources)
     rate = n / t if t > 0 else 0.0
     return (f"**live · {method}** · {n} tokens in {t:.2f} s · ~{rate:.1f} tokens/s so far · "
-            f"{drafted} from accepted drafts")
+            f"{drafted} from accepted drafts · {looked} from lookup")
 
 
 def _pct(x) -> str:
@@ -156,6 +167,7 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
         ("gamma in use and why", gamma_line(stats)),
         ("sequences per round", seqs_line(stats) if drafting else "—"),
         ("overlap efficiency", _pct(stats["overlap_efficiency"]) if drafting else "—"),
+        ("lookup drafts", lookup_line(stats)),
         ("draft busy / idle", f"{_s(stats['draft_busy_s'])} / {_s(stats['draft_idle_s'])}"),
         ("target busy / idle", f"{_s(stats['target_busy_s'])} / {_s(stats['target_idle_s'])}"),
         ("threads", f"draft {threads.get('draft', '?')}, target {threads.get('target', '?')}"),
@@ -164,6 +176,16 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
+
+
+def lookup_line(stats: dict) -> str:
+    """The lookup's share of the new tokens, its acceptance and the rounds it won."""
+    lk = stats.get("lookup") or {}
+    if not lk.get("rounds"):
+        return "— (no lookup proposals)" if stats.get("method") in LOOKUP_METHODS else "—"
+    return (f"{_pct(lk.get('share', 0))} of the tokens · acceptance "
+            f"{_pct(lk.get('acceptance', 0))} · won {lk.get('won', 0)} of {lk['rounds']} "
+            "rounds it proposed in")
 
 
 def sizes_line(name: str) -> str:

@@ -15,7 +15,7 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
     wall = sum(r["wall_s"] for r in runs)
     drafted = sum(r["drafted"] for r in runs)
     rounds = sum(r["rounds"] for r in runs)
-    out = {"prompts": len(runs), "new_tokens": tokens, "wall_s": wall,
+    out = {"prompts": len(runs), "new_tokens": tokens, "wall_s": wall, "rounds": rounds,
            "empty_outputs": sum(r["new_tokens"] == 0 for r in runs),
            "tokens_per_s": _ratio(tokens, wall),
            "tokens_per_s_median": _median([r["tokens_per_s"] for r in runs]),
@@ -49,15 +49,16 @@ def per_prompt(runs: list[dict], base: list[dict]) -> list[float]:
 
 def _lookup(runs: list[dict]) -> dict:
     """The lookup's part (engine stats "lookup"): rounds it won, its acceptance and its share
-    of the accepted tokens; absent for methods that never report it."""
+    of the new tokens; absent for methods that never report it."""
     parts = [r["lookup"] for r in runs if isinstance(r.get("lookup"), dict)]
     if not parts:
         return {}
     total = {k: sum(p.get(k, 0) for p in parts) for k in ("rounds", "won", "proposed",
                                                           "accepted")}
-    accepted = sum(r["accepted"] for r in runs)
+    emitted = sum(r["lookup"].get("share", 0.0) * r["new_tokens"] for r in runs
+                  if isinstance(r.get("lookup"), dict))
     return {"lookup": {**total, "acceptance": _ratio(total["accepted"], total["proposed"]),
-                       "share": _ratio(total["accepted"], accepted)}}
+                       "share": _ratio(emitted, sum(r["new_tokens"] for r in runs))}}
 
 
 def _predraft(runs: list[dict]) -> dict:

@@ -13,9 +13,10 @@ from core.sampling import SamplingConfig
 from models.pairs.catalog import draft_path, target_source
 from models.pairs.convert import converted_dir
 from models.draft.llama import extra_buffers_safe
+from measure.llama_lookup import counting_lookup, lookup_counts
 from measure.peer_model import peer_model
 
-PEERS = ("hf-assisted", "hf-pld", "hf-static", "llamacpp")
+PEERS = ("hf-assisted", "hf-pld", "hf-static", "llamacpp", "llamacpp-lookup")
 PLD_TOKENS = 10  # prompt_lookup_num_tokens
 MIN_STATIC_LEN = 256  # the static cache is sized in powers of two from here to the window
 STATIC_COMPILE: bool | None = None  # hf-static: None, the first run decides; False: no compile
@@ -47,7 +48,7 @@ def peer_config(method: str, gen) -> PeerConfig:
 
 def check(pair, method: str) -> None:
     """ValueError now, before any run, when the pair cannot run this peer."""
-    if method == "llamacpp":
+    if method in ("llamacpp", "llamacpp-lookup"):
         gguf_target(pair.spec)
 
 
@@ -81,12 +82,13 @@ class Peers:
         self.model = None  # peer_model(pair.target), made at the first transformers run
         self.assistant = None  # (model, tokenizer or None when the pair shares one)
         self.llama = None
+        self.llama_lookup = None  # the same GGUF with llama.cpp's prompt-lookup drafts
         self.static_len = 0  # the static cache's length so far (it only grows)
         self.compile = STATIC_COMPILE  # hf-static: None until the first run decides
 
     def run(self, ids: list[int], cfg: PeerConfig) -> dict:
         go = {"hf-assisted": self._assisted, "hf-pld": self._pld, "hf-static": self._static,
-              "llamacpp": self._llamacpp}[cfg.method]
+              "llamacpp": self._llamacpp, "llamacpp-lookup": self._llamacpp_lookup}[cfg.method]
         return {"method": cfg.method, **go(ids, cfg)}
 
     # -- transformers --------------------------------------------------------------------
@@ -206,28 +208,42 @@ class Peers:
 
     # -- llama.cpp -----------------------------------------------------------------------
     def _llamacpp(self, ids, cfg) -> dict:
-        llm = self._load_llama()
+        return self._llama_run(self._load_llama(), ids, cfg)[0]
+
+    def _llamacpp_lookup(self, ids, cfg) -> dict:
+        """llama.cpp with its prompt-lookup drafts on the same GGUF (llama-cpp-python's
+        LlamaPromptLookupDecoding, hf-pld's settings)."""
+        if self.llama_lookup is None:
+            self.llama_lookup = self._load_llama(counting_lookup())
+        self.llama_lookup.draft_model.reset()
+        stats, emitted = self._llama_run(self.llama_lookup, ids, cfg)
+        return {**stats, **lookup_counts(self.llama_lookup.draft_model, emitted)}
+
+    def _llama_run(self, llm, ids, cfg) -> tuple[dict, int]:
+        """One cold run; its stats and how many tokens llama gave (eos included)."""
         prompt = self._llama_prompt(llm, ids)
         eos = self.pair.target.eos_ids if self._llama_shares_ids(llm) else {llm.token_eos()}
         n = max(1, min(cfg.max_new_tokens, llm.n_ctx() - len(prompt)))
         s = cfg.sampling
         llm.reset()  # cold: no prefix from the run before
         llm.set_seed(cfg.seed)
-        tokens, ttft, reason = [], 0.0, "max_new_tokens"
+        tokens, ttft, reason, emitted = [], 0.0, "max_new_tokens", 0
         t0 = time.perf_counter()
         for tok in llm.generate(prompt, temp=s.temperature, top_k=s.top_k, top_p=s.top_p,
                                 min_p=0.0, repeat_penalty=1.0, reset=False):
-            ttft = ttft or time.perf_counter() - t0
+            ttft, emitted = ttft or time.perf_counter() - t0, emitted + 1
             if tok in eos:
                 reason = "eos"
                 break
             tokens.append(tok)
             if len(tokens) >= n:
                 break
-        return _stats(tokens, time.perf_counter() - t0, ttft, reason)
+        return _stats(tokens, time.perf_counter() - t0, ttft, reason), emitted
 
-    def _load_llama(self):
-        if self.llama is None:
+    def _load_llama(self, draft=None):
+        """The target's GGUF in llama.cpp (kept as self.llama), or a second copy drafting with
+        `draft` (returned)."""
+        if self.llama is None or draft is not None:
             import llama_cpp
 
             path = gguf_target(self.pair.spec)
@@ -236,9 +252,12 @@ class Peers:
             where = "every layer on the GPU" if gpu else f"the CPU, {cores} threads"
             log.info(f"llamacpp: loading {path.name} in llama.cpp ({where})")
             with _model_defaults(use_extra_bufts=extra_buffers_safe()):
-                self.llama = llama_cpp.Llama(model_path=str(path), n_gpu_layers=-1 if gpu else 0,
-                                             n_ctx=self.pair.target.n_ctx, n_threads=cores,
-                                             n_threads_batch=cores, verbose=False)
+                llm = llama_cpp.Llama(model_path=str(path), n_gpu_layers=-1 if gpu else 0,
+                                      n_ctx=self.pair.target.n_ctx, n_threads=cores,
+                                      n_threads_batch=cores, verbose=False, draft_model=draft)
+            if draft is not None:
+                return llm
+            self.llama = llm
         return self.llama
 
     def _llama_shares_ids(self, llm) -> bool:

@@ -37,6 +37,7 @@ VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
             "sps-rejection": {"method": "sps", "sampler": "rejection"},
             "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"}}
+LOOKUP_METHODS = ("duo", "lookup")  # --lookup applies to these; the others never look up
 
 
 def parse(argv=None):
@@ -107,12 +108,12 @@ def method_config(args, name: str):
     if name.endswith("-json"):
         return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
-        return peer_config(name, gen_config(args, "vanilla"))
+        return peer_config(name, gen_config(args, "vanilla", lookup="auto"))
     base = name if name in METHODS else VARIANTS.get(name, {}).get("method", "duo")
     if name not in METHODS and name not in VARIANTS:
         known = ", ".join(list(METHODS) + list(VARIANTS) + list(PEERS))
         raise ValueError(f"unknown method '{name}'; known: {known}")
-    cfg = gen_config(args, base)
+    cfg = gen_config(args, base, lookup=None if base in LOOKUP_METHODS else "auto")
     for k, v in VARIANTS.get(name, {}).items():
         setattr(cfg, k, v)
     return cfg

@@ -2,7 +2,7 @@
 chunk x filled length next to its memory floor, peak memory, methods' tokens/s and llama.cpp
 on the same shapes; each part merges into OUT/report.json and OUT/report.md is re-rendered.
 
-    python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|all
+    python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|lookup|all
         [--out DIR] [--models smol-self,llama8b] [--quants none,int8,int4] [--tiny]
 
 Without cuda (or with --tiny) the shapes are tiny: a 2-layer Llama, seconds on a CPU."""
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.gpu_report_md import render  # noqa: E402
 
-PARTS = ("env", "graphs", "forward", "memory", "methods", "llamacpp")
+PARTS = ("env", "graphs", "forward", "memory", "methods", "llamacpp", "lookup")
 GIB = 1024 ** 3
 
 
@@ -204,16 +204,16 @@ def part_methods(s: dict, out: Path) -> dict:
     return res
 
 
-def _questions(out: Path, n: int) -> Path:
-    """The first n project prompts taken a category at a time (every category is seen)."""
-    rows = [json.loads(x) for x in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()
+def _questions(out: Path, n: int, source: str = "prompts") -> Path:
+    """The first n project prompts (bench/SOURCE.jsonl) taken a category at a time."""
+    rows = [json.loads(x) for x in (ROOT / "bench" / f"{source}.jsonl").read_text().splitlines()
             if x.strip()]
     cats: dict[str, list] = {}
     for r in rows:
         cats.setdefault(r["category"], []).append(r)
     order = [r for i in range(max(map(len, cats.values()))) for c in cats.values()
              if i < len(c) for r in [c[i]]]
-    path = out / "questions.jsonl"
+    path = out / ("questions.jsonl" if source == "prompts" else f"{source}.jsonl")
     path.write_text("".join(json.dumps(r) + "\n" for r in order[:n]))
     return path
 
@@ -238,7 +238,15 @@ def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -
     if proc.returncode:
         return {"error": proc.stderr[-2000:]}
     r = json.loads((d / "results.json").read_text())
-    return {"machine": r["machine"], "methods": r["methods"]}
+    return {"machine": r["machine"], "methods": r["methods"], "ratios": r.get("ratios", {})}
+
+
+def part_lookup(s: dict, out: Path) -> dict:
+    """Lookup rounds (docs/lookup.md): duo with and without them on copy-heavy prompts."""
+    q = _questions(out, 1 if s["tiny"] else 5, "copy_prompts")
+    methods = "duo,duo-nolookup" + ("" if s["tiny"] else ",lookup")
+    on = "on" if s["device"] == "cuda" else "off"
+    return {"smol-self copy-heavy": _bench(s, out, "smol-self", methods, on, q)}
 
 
 def part_llamacpp(s: dict, out: Path) -> dict:

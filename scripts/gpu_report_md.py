@@ -11,7 +11,8 @@ def render(r: dict) -> str:
     for title, fn, key in (("Environment", _env, "env"), ("CUDA graphs", _graphs, "graphs"),
                            ("Forward time (ms) and memory floor", _forward, "forward"),
                            ("Peak memory", _memory, "memory"), ("Methods", _methods, "methods"),
-                           ("llama.cpp", _llamacpp, "llamacpp")):
+                           ("llama.cpp", _llamacpp, "llamacpp"),
+                           ("Lookup rounds", _lookup, "lookup")):
         if key in r:
             out += [f"## {title}", ""] + (_error(r[key]) or fn(r[key], r)) + [""]
     out += ["## Goals", ""] + _goals(r) + [""]
@@ -80,6 +81,18 @@ def _methods(m: dict, r: dict) -> list[str]:
                 f"{res['machine']['target_device']})", ""]
         out += _method_table(res["methods"]) + [""]
     return out
+
+
+def _lookup(lk: dict, r: dict) -> list[str]:
+    """duo over duo-nolookup on copy-heavy prompts, the rounds lookup drafts won, the table."""
+    out = []
+    for run, res in (kv for kv in lk.items() if isinstance(kv[1], dict) and "ratios" in kv[1]):
+        duo = res["methods"]["duo"]["overall"]
+        got = duo.get("lookup") or {"won": 0, "share": 0.0, "acceptance": 0.0}
+        out += [f"{run}: duo {res['ratios']['duo / duo-nolookup']['overall']:.2f}x duo-nolookup "
+                f"(median per prompt); lookup drafts won {got['won']} of {duo['rounds']} rounds, "
+                f"{100 * got['share']:.0f}% of the tokens, acceptance {got['acceptance']:.2f}", ""]
+    return out + _methods(lk, r)
 
 
 def _method_table(methods: dict) -> list[str]:

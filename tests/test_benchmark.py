@@ -1,13 +1,19 @@
 """scripts/benchmark.py's bookkeeping with made-up generations: a prompt with no new tokens
-counts, and a run that dies part-way leaves results.json with what it measured."""
+counts, a run that dies part-way leaves results.json with what it measured, the lookup memory
+is emptied before each measured run but kept between replay passes, medians and ratios per
+category; the copy-heavy set; and, on smol-self, the lookup methods and peer at a tiny size."""
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import replace
 
 import pytest
 
 import scripts.benchmark as bench
 from core.engine import GenConfig
+from core.sampling import SamplingConfig
+from tests.conftest import ROOT
 
 QUESTIONS = [{"id": i, "category": "c", "prompt": f"q{i}"} for i in range(4)]
 
@@ -86,3 +92,119 @@ def test_load_bench_reports_each_process_against_its_fair_share(tmp_path):
     table = lb.report(results, {"duo": {"tokens_per_s": 22.0}})
     assert "| gen1 | ours: duo | 16.0 | 0.40 | 0.50 | 0.30 |" in table
     assert "| gen1 | gen1-0-duo | 11.0 | 0.50 | 0.50 | 0.50 |" in table
+
+
+class Memory:
+    """A stand-in for the app's lookup memory: counts the times it was emptied."""
+
+    def __init__(self):
+        self.cleared = 0
+
+    def clear(self):
+        self.cleared += 1
+
+
+class MemoryPair(FakePair):
+    def __init__(self):
+        self.lookup_memory = Memory()
+
+
+def test_each_measured_run_starts_with_the_lookup_memory_empty(monkeypatch):
+    pair, seen = MemoryPair(), []
+    monkeypatch.setattr(bench, "run_one", lambda p, ids, cfg: (
+        seen.append(pair.lookup_memory.cleared), stats(4, 1.0))[1])
+    runs = {m: (pair, GenConfig(method=m)) for m in ("vanilla", "duo", "duo-nolookup")}
+    bench.run_all(runs, QUESTIONS[:2], False, lambda m: None)
+    assert seen[3:] == [1, 2, 3, 4, 5, 6]  # after the 3 warm-ups, one clear before each run
+
+
+def test_replay_keeps_the_memory_between_passes_and_changes_the_request(monkeypatch):
+    from measure.replay import EDIT, run_replay
+
+    pair, calls = MemoryPair(), []
+
+    def run(p, ids, cfg):
+        calls.append((cfg.method, cfg.seed, ids[0], pair.lookup_memory.cleared))
+        return stats(8, 1.0 if len(calls) % 4 < 2 else 0.5)
+
+    runs = {m: (pair, GenConfig(method=m)) for m in ("duo", "duo-nolookup")}
+    res = run_replay(runs, QUESTIONS[:2], False, "edit", run, lambda m: None)
+    assert list(res) == ["duo#1", "duo#2", "duo-nolookup#1", "duo-nolookup#2"]
+    lengths = [len(q["prompt"]) for q in QUESTIONS[:2]]
+    assert [c[2] for c in calls[:4]] == lengths + [n + len(EDIT) for n in lengths]
+    assert [c[3] for c in calls] == [1] * 4 + [2] * 4  # emptied per method, not per pass
+    sampled = GenConfig(method="duo", seed=5, sampling=SamplingConfig(temperature=0.7))
+    calls.clear()
+    run_replay({"duo": (pair, sampled)}, QUESTIONS[:1], False, "seed", run, lambda m: None)
+    assert [c[1:3] for c in calls] == [(5, 2), (6, 2)]  # same prompt, another seed
+    with pytest.raises(ValueError, match="needs --temperature > 0"):
+        run_replay({"duo": (pair, GenConfig())}, QUESTIONS[:1], False, "seed", run, print)
+    ratio = bench.ratios(res, bench.ratio_pairs(list(res)))
+    assert set(ratio) == {"duo#2 / duo#1", "duo-nolookup#2 / duo-nolookup#1"}
+
+
+def test_medians_per_category_and_ratios_between_methods():
+    qs = [("a", 10.0, 5.0), ("a", 30.0, 10.0), ("a", 20.0, 20.0), ("b", 8.0, 8.0)]
+    duo = [dict(stats(int(t), 1.0), category=c) for c, t, _ in qs]
+    base = [dict(stats(int(b), 1.0), category=c) for c, _, b in qs]
+    summary = bench.summarize({"duo": duo, "duo-nolookup": base})
+    assert summary["duo"]["categories"]["a"]["tokens_per_s_median"] == 20.0
+    table = bench.ratios({"duo": duo, "duo-nolookup": base},
+                         bench.ratio_pairs(["duo", "duo-nolookup"]))
+    r = table["duo / duo-nolookup"]
+    assert r["categories"] == {"a": 2.0, "b": 1.0} and r["overall"] == pytest.approx(1.5)
+    assert r["lowest_category"] == 1.0
+    assert bench.ratio_pairs(["duo", "vanilla", "hf-pld"], "vanilla/duo") == [("vanilla", "duo")]
+    with pytest.raises(ValueError, match="nope/duo"):
+        bench.ratio_pairs(["duo"], "nope/duo")
+    md = bench.markdown(summary, table)
+    assert "| duo / duo-nolookup | 1.50 | 2.00 | 1.00 |" in md
+
+
+def test_multi_turn_questions_with_written_answers(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question_id": 1, "category": "revise", "turns": ["Q1", "Q2"],
+                                "answers": ["A1"]}) + "\n" + json.dumps(
+        {"question_id": 2, "category": "mt", "turns": ["T1", "T2"]}) + "\n")
+    first, second = bench.load_questions(str(path), 0)
+    assert first["prompt"] == [{"role": "user", "content": "Q1"},
+                               {"role": "assistant", "content": "A1"},
+                               {"role": "user", "content": "Q2"}]
+    assert second["prompt"] == "T1"  # Spec-Bench's second turns need the answer first
+    path.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["Q"],
+                                "answers": ["A"]}) + "\n")
+    with pytest.raises(ValueError, match="fewer than the turns"):
+        bench.load_questions(str(path), 0)
+
+
+def test_the_copy_heavy_set_has_three_prompts_a_category_with_pasted_material():
+    qs = bench.load_questions(str(ROOT / "bench" / "copy_prompts.jsonl"), 0)
+    cats = {q["category"] for q in qs}
+    assert cats == {"code-edit", "reformat", "extract", "template", "revise"}
+    assert all(sum(q["category"] == c for q in qs) >= 3 for c in cats)
+    text = [q["prompt"] if isinstance(q["prompt"], str) else
+            "".join(m["content"] for m in q["prompt"]) for q in qs]
+    assert min(map(len, text)) > 600  # ~150 tokens and more of pasted material
+
+
+def test_lookup_methods_and_the_llamacpp_lookup_peer_tiny(smol_pair):
+    """duo-nolookup and lookup run in the benchmark, greedy as vanilla's tokens; the lookup
+    finds the pasted text; llama.cpp's prompt-lookup peer reports its rounds."""
+    one_core = copy.copy(smol_pair)  # llama.cpp's threads spin (see test_peers)
+    one_core.opts = replace(smol_pair.opts, cores=1)
+    args = bench.parse(["--questions", "q", "--out", "o", "--max-new-tokens", "24"])
+    runs = {m: (one_core, bench.method_config(args, m))
+            for m in ("vanilla", "duo-nolookup", "lookup", "llamacpp-lookup")}
+    assert runs["duo-nolookup"][1].lookup == "off" and runs["lookup"][1].method == "lookup"
+    q = [{"id": 1, "category": "reformat", "prompt": "Copy this list exactly, one per line: "
+          "alpha-17, beta-23, gamma-42, delta-58, epsilon-61, zeta-77, eta-89, theta-93."}]
+    res = bench.run_all(runs, q, False, lambda m: None)
+    vanilla = res["vanilla"][0]["token_ids"]
+    assert len(vanilla) == 24
+    for m in ("duo-nolookup", "lookup"):
+        assert res[m][0]["token_ids"] == vanilla, m
+    assert res["lookup"][0]["lookup"]["accepted"] > 0
+    assert res["duo-nolookup"][0]["lookup"]["rounds"] == 0
+    peer = res["llamacpp-lookup"][0]
+    assert peer["new_tokens"] == 24 and peer["rounds"] >= 1 and peer["drafted"] > 0
+    assert 0 < peer["accepted"] <= peer["drafted"]

@@ -219,3 +219,69 @@ def test_real_pair_system_prompt_meter_and_greedy_regenerate(smol_pair):
     assert used > plain and out["meter"].startswith(f"context: {used} of ")
     again = regenerate(app, history, system="Answer in one word.", method="vanilla", tokens=6)
     assert again["chatbot"] == history
+
+
+LOOKUP_STATS = {"method": "duo", "tokens_per_s": 50.0, "ttft_s": 0.1, "new_tokens": 40,
+                "wall_s": 0.8, "stop_reason": "eos", "acceptance_rate": 0.9,
+                "mean_accepted_per_round": 5.0, "overlap_efficiency": 0.8, "draft_busy_s": 0.5,
+                "draft_idle_s": 0.3, "target_busy_s": 0.7, "target_idle_s": 0.1,
+                "lookup": {"rounds": 6, "won": 4, "proposed": 30, "accepted": 27,
+                           "acceptance": 0.9, "share": 0.675},
+                "rounds_log": [
+                    {"draft_span": [0.0, 0.01], "verify_span": [0.01, 0.02], "drafted": 4,
+                     "accepted": 4, "source": "model"},
+                    {"draft_span": [0.02, 0.02], "verify_span": [0.02, 0.03], "drafted": 9,
+                     "accepted": 9, "source": "lookup"},
+                    {"draft_span": [0.03, 0.04], "verify_span": [0.04, 0.05], "drafted": 12,
+                     "accepted": 7, "source": "fused"}]}
+
+
+def test_lookup_tokens_have_a_colour_of_their_own():
+    from app.view import SOURCE_COLORS, SOURCE_LABELS, Trace
+    from core.output import Event
+
+    trace = Trace(lambda ids: "".join(WORDS[i] for i in ids))
+    trace.add(Event(tokens=[0, 1, 2, 3, 4], sources=["target", "lookup", "lookup", "draft",
+                                                     "target"], text=" a b c d e"))
+    assert trace.segments() == [(" a", "target"), (" b c", SOURCE_LABELS["lookup"]),
+                                (" d", "accepted draft"), (" e", "target")]
+    colours = {label: SOURCE_COLORS[label] for _, label in trace.segments()}
+    assert len(set(colours.values())) == 3  # lookup, model-drafted and target apart
+
+
+def test_the_stats_show_the_lookups_share_acceptance_and_rounds_won():
+    from app.view import final_panel, lookup_line
+
+    panel = final_panel(LOOKUP_STATS)
+    assert "| lookup drafts | 67.5% of the tokens · acceptance 90.0% · won 4 of 6 rounds" in panel
+    assert lookup_line({"method": "duo", "lookup": {"rounds": 0}}).startswith("— (no lookup")
+    assert lookup_line({"method": "vanilla"}) == "—"
+
+
+def test_the_timeline_marks_lookup_rounds():
+    from app import charts
+
+    fig = charts.timeline(LOOKUP_STATS)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["target\nverify", "draft", "lookup"]
+    assert "lookup rounds: 2 of 3" in ax.get_title()
+    marked = [c for c in ax.collections if tuple(c.get_facecolor()[0][:3]) ==
+              pytest.approx(tuple(int(charts.LOOKUP[i:i + 2], 16) / 255 for i in (1, 3, 5)))]
+    assert len(marked) == 2 and marked[1].get_hatch() == "xx"  # the fused round
+    plain = charts.timeline(dict(LOOKUP_STATS, rounds_log=LOOKUP_STATS["rounds_log"][:1]))
+    assert "lookup" not in [t.get_text() for t in plain.axes[0].get_yticklabels()]
+
+
+def test_the_lookup_setting_goes_to_duo_and_lookup_only():
+    from app.view import Settings
+
+    for method, want in (("duo", "on"), ("lookup", "on"), ("vanilla", "auto"), ("sps", "auto")):
+        assert Settings(method=method, seed=0, lookup="on").gen_config().lookup == want
+    with pytest.raises(ValueError, match="lookup"):
+        Settings(seed=0, lookup="sometimes").gen_config()
+    pair = ChatPair()
+    chat(app_on(pair), "one two", method="duo")
+    assert pair.configs[-1].lookup == "auto"  # the page's default
+    latest(app_on(pair).chat(REQUEST, "one two", [], "smol-self", False, "",
+                             *settings(), True, "off"))
+    assert pair.configs[-1].lookup == "off"

@@ -80,3 +80,18 @@ def test_projection_renders_from_measured_costs():
     md = render({"forward": fwd, "llamacpp": {"draft_cpu_ms": {"threads": 8, "ms": 1.0}}})
     assert "Projected `duo`" in md and "| tiny none | 0.9 |" in md
     assert "up to 12.00x its memory floor" in md
+
+
+def test_the_lookup_part_runs_duo_with_and_without_lookup_drafts(tmp_path):
+    """--part lookup, tiny: one copy-heavy prompt, duo and duo-nolookup in the benchmark's
+    own process; the line and the table in report.md."""
+    report.main(["--part", "lookup", "--tiny", "--out", str(tmp_path)])
+    r = json.loads((tmp_path / "report.json").read_text())["lookup"]
+    res = r["smol-self copy-heavy"]
+    assert "error" not in res, res.get("error")
+    assert set(res["methods"]) == {"duo", "duo-nolookup"}
+    assert res["methods"]["duo-nolookup"]["overall"]["lookup"]["won"] == 0
+    assert "duo / duo-nolookup" in res["ratios"]
+    md = (tmp_path / "report.md").read_text()
+    assert "## Lookup rounds" in md and "x duo-nolookup (median per prompt)" in md
+    assert "| duo-nolookup |" in md
