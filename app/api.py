@@ -17,7 +17,9 @@ from app.llama_routes import add_llama_routes
 from app.openai_io import (MAX_BODY, ApiError, ChatRequest, CompletionRequest,  # noqa: F401
                            guarded, parse, read_body)
 from app.openai_shapes import Answer, Shapes, sse
-from app.tools import HeldText, split_calls, template_takes_tools
+from app.infill import text_ids
+from app.tool_prompt import ToolPlan, tool_plan
+from app.tools import ToolStream, split_calls
 from models.prompt_text import ContextOverflow
 
 POLL_S = 0.25  # how often a non-streaming request looks for its client
@@ -51,31 +53,30 @@ class Api:
                                 f"'{self.host.name}'", param="model", code="model_not_found")
         return self.host.name, pair
 
-    def prompt(self, pair, req) -> tuple[list[int], int]:
-        """Prompt ids and the tokens to generate: what was asked, checked against the
-        window, or else up to the window."""
-        chat, tools = isinstance(req, ChatRequest), req.tool_list()
-        wanted = req.wanted_tokens()
+    def prompt(self, pair, req, ids_of=None) -> tuple[list[list[int]], list[int],
+                                                       ToolPlan | None]:
+        """Each prompt's ids (a chat has one; a prompt list one each; `ids_of(pair)` makes
+        them where given) and tokens to generate (what was asked, checked against the
+        window, or else up to the window), and a chat's tool plan."""
+        chat, wanted, plan = isinstance(req, ChatRequest), req.wanted_tokens(), None
         try:
             with pair.tokenizer_lock:
-                if tools is not None:
-                    self._check_tools(pair)
-                extra = {"tools": tools} if tools is not None else {}
-                ids = (pair.prompt_ids(req.conversation(), raw=not pair.spec.chat, **extra)
-                       if chat else pair.prompt_ids(req.text(), raw=True))
-            pair.check_room(ids, wanted or 1)
+                if ids_of is not None:
+                    ids = ids_of(pair)
+                elif chat:
+                    plan = tool_plan(pair, req)
+                    extra = {"tools": plan.template_tools} if plan.template_tools else {}
+                    ids = [pair.prompt_ids(plan.messages, raw=not pair.spec.chat, **extra)]
+                else:
+                    ids = [text_ids(pair, text, req.suffix) for text in req.texts()]
+            for one in ids:
+                pair.check_room(one, wanted or 1)
         except ValueError as e:
             code = ("context_length_exceeded" if isinstance(e, ContextOverflow)
                     else "invalid_value")
-            raise ApiError(400, str(e), param="messages" if chat else "prompt",
+            raise ApiError(400, str(e), param=_param_of(e) or ("messages" if chat else "prompt"),
                            code=code) from None
-        return ids, wanted or pair.target.n_ctx - len(ids)
-
-    def _check_tools(self, pair) -> None:
-        if not pair.spec.chat or not template_takes_tools(pair.tokenizer):
-            raise ApiError(400, f"tools: the chat template of '{self.host.name}' has no tool "
-                                "syntax, so this model cannot be offered tools",
-                           param="tools", code="unsupported_parameter")
+        return ids, [wanted or pair.target.n_ctx - len(one) for one in ids], plan
 
     # -- endpoints --------------------------------------------------------------------------
     async def models(self, request: Request) -> Response:
@@ -88,13 +89,30 @@ class Api:
     async def complete(self, request: Request, chat: bool) -> Response:
         self.check_key(request)
         req = parse(ChatRequest if chat else CompletionRequest, await read_body(request))
+        job, shapes, tools = await self.start(req)
+        if req.stream:
+            usage = req.stream_options.include_usage
+            return StreamingResponse(self._stream(job, shapes, tools, usage),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        answers = await self.collect(job, request, tools)
+        return Response(status_code=499) if answers is None else JSONResponse(
+            shapes.whole(answers))
+
+    async def start(self, req, ids_of=None) -> tuple[Job, Shapes, bool]:
+        """A checked request's generations queued (Job), the shapes of its answer and
+        whether tool calls are parsed out of it; a 4xx ApiError for what is wrong."""
+        chat = isinstance(req, ChatRequest)
         name, pair = self.served(req.model)
         seed = req.base_seed()
         try:
-            ids, max_new = await run_in_threadpool(self.prompt, pair, req)
-            cfgs = [req.gen_config(max_new, seed + i) for i in range(req.n)]
+            prompts, max_new, plan = await run_in_threadpool(self.prompt, pair, req, ids_of)
+            grammar = plan and plan.grammar
+            cfgs = [req.gen_config(max_new[i // req.n], seed + i)
+                    for i in range(len(prompts) * req.n)]
             for cfg in cfgs:
                 cfg.validate()
+                cfg.response_format = grammar or cfg.response_format
             if cfgs[0].response_format is not None:  # a bad schema: 400 before generating
                 await run_in_threadpool(pair.check_format, cfgs[0].response_format)
         except ValueError as e:
@@ -104,17 +122,13 @@ class Api:
                                 "running); try again shortly", type="rate_limit_error",
                            code="queue_full")
         token_text = pair.token_text if cfgs[0].logprobs is not None else None
-        job = Job(self.host, name, ids, cfgs, self.gate)
-        shapes = Shapes(chat, name, seed, token_text)
-        tools = req.tool_list() is not None
-        if req.stream:
-            usage = req.stream_options.include_usage
-            return StreamingResponse(self._stream(job, shapes, tools, usage),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return await self._whole(job, shapes, tools, request)
+        job = Job(self.host, name, [ids for ids in prompts for _ in range(req.n)], cfgs,
+                  self.gate)
+        shapes = Shapes(chat, name, seed, token_text, per_prompt=req.n)
+        return job, shapes, grammar is not None
 
-    async def _whole(self, job: Job, shapes: Shapes, tools: bool, request: Request) -> Response:
+    async def collect(self, job: Job, request: Request, tools: bool) -> list[Answer] | None:
+        """The job's whole answers (tool calls taken out); None if the client went away."""
         answers, looked = [Answer() for _ in job.cfgs], time.monotonic()
         try:
             while True:
@@ -124,15 +138,16 @@ class Api:
                     item = False
                 if time.monotonic() - looked >= POLL_S:  # events may never pause
                     if await request.is_disconnected():
-                        return Response(status_code=499)
+                        return None
                     looked = time.monotonic()
                 if item is None:
                     if tools:
                         _take_calls(answers)
-                    return JSONResponse(shapes.whole(answers))
+                    return answers
                 if item:
                     i, ev = item
                     answers[i].text += ev.text
+                    answers[i].tokens += ev.tokens
                     answers[i].stats = ev.stats or answers[i].stats
                     answers[i].logprobs += ev.logprobs or []
         finally:
@@ -143,7 +158,7 @@ class Api:
         usage when asked; an error after the first chunk arrives as an error event; a client
         that goes away cancels the generation (this generator is closed)."""
         answers = [Answer() for _ in job.cfgs]
-        held = [HeldText() if tools else None for _ in job.cfgs]
+        held = [ToolStream() if tools else None for _ in job.cfgs]
         opened = {0}
         try:
             yield sse(shapes.chunk(0, first=True))
@@ -167,7 +182,7 @@ class Api:
 def _param_of(e: ValueError) -> str | None:
     """The field a GenConfig or grammar error names, when it starts with one."""
     head = str(e).split(":", 1)[0]
-    return head if head in ("response_format", "logit_bias", "logprobs") else None
+    return head if head in ("response_format", "logit_bias", "logprobs", "tools") else None
 
 
 def _take_calls(answers: list[Answer]) -> None:
@@ -176,22 +191,23 @@ def _take_calls(answers: list[Answer]) -> None:
         a.text = a.text.strip() if a.tool_calls else a.text
 
 
-def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: HeldText | None):
-    """The chunks one event of choice i makes: its text, and at its end what was held back,
-    the tool calls and the finish reason."""
-    text = held.feed(ev.text) if held else ev.text
-    if text or ev.logprobs:
-        yield shapes.chunk(i, text, logprobs=ev.logprobs)
-    if ev.stats is None:
-        return
-    answer.stats = ev.stats
-    if held:
-        rest, answer.tool_calls = held.finish()
-        if rest:
-            yield shapes.chunk(i, rest)
-        if answer.tool_calls:
-            yield shapes.chunk(i, tool_calls=answer.tool_calls)
-    yield shapes.chunk(i, finish=answer.finish)
+def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: ToolStream | None):
+    """The chunks one event of choice i makes: its text (and tool call pieces), and at its
+    end what was held back and the finish reason."""
+    pieces = held.feed(ev.text) if held else [("text", ev.text)] * bool(ev.text)
+    if ev.logprobs and not any(kind == "text" for kind, _ in pieces):
+        pieces.insert(0, ("text", ""))
+    if ev.stats is not None:
+        answer.stats = ev.stats
+        if held:
+            pieces += held.finish()
+            answer.tool_calls = held.calls
+    for n, (kind, value) in enumerate(pieces):
+        lp = ev.logprobs if n == 0 else None
+        yield (shapes.chunk(i, value, logprobs=lp) if kind == "text"
+               else shapes.chunk(i, tool_calls=[value], logprobs=lp))
+    if ev.stats is not None:
+        yield shapes.chunk(i, finish=answer.finish)
 
 
 def router(api: Api) -> APIRouter:

@@ -1,11 +1,13 @@
 """llama-server's routes beside the OpenAI ones: GET /health (200 once the pair is loaded, 503
-before), POST /tokenize and POST /detokenize with the target's tokenizer."""
+before), POST /tokenize and POST /detokenize with the target's tokenizer; POST /completion and
+POST /infill: app/llama_native.py."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from app.llama_native import add_native_routes
 from app.openai_io import ApiError, Strict, guarded, parse, read_body
 
 
@@ -31,6 +33,8 @@ def add_llama_routes(r: APIRouter, api) -> None:
     @r.post("/detokenize")
     async def detokenize(request: Request):
         return await guarded(_tokenizer_call(api, request, DetokenizeRequest, _detokenize))
+
+    add_native_routes(r, api)
 
 
 async def _health(api) -> JSONResponse:

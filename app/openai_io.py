@@ -10,21 +10,21 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.openai_messages import Message, NamedToolChoice, Strict, Tool  # noqa: F401 - Strict
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
 MAX_STOPS = 64  # stop strings per request
 MAX_N = 8  # choices per request (generated one after another)
+MAX_PROMPTS = 64  # prompts in one /v1/completions list (answered one after another)
 SEED_LIMIT = 2**63
 MAX_BODY = 8 << 20  # bytes of request body read at most (a 2 MB paste is refused later, by length)
 
 # Fields that change the output and are not honoured yet: a value other than null or the
 # default here is refused with a 400 naming the field. Lift a line when its field is honoured.
 NOT_YET = {
-    "tool_choice": lambda v: v in ("none", "auto"),  # "required" and named: constrained output
     "echo": lambda v: v is False,
     "best_of": lambda v: v == 1,
-    "suffix": lambda v: v == "",
     # llama-server's own sampling fields
     "grammar": lambda v: v == "",
     "json_schema": lambda v: v == {},
@@ -74,70 +74,6 @@ async def read_body(request: Request) -> bytes:
     return bytes(body)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
-
-
-class TextPart(Strict):
-    type: Literal["text"]
-    text: str
-
-
-class CalledFunction(Strict):
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-
-
-class ToolCall(Strict):
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: CalledFunction
-
-
-class Message(Strict):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[TextPart], None] = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(p.text for p in self.content)
-        return self.content or ""
-
-    def for_template(self) -> dict:
-        """The turn as transformers' chat templates take it (call arguments as a dict)."""
-        out = {"role": "system" if self.role == "developer" else self.role,
-               "content": self.text()}
-        if self.tool_calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.function.name, "arguments": _arguments(c.function.arguments)}}
-                for c in self.tool_calls]
-        for key in ("name", "tool_call_id"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
-
-
-def _arguments(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-class Function(Strict):
-    name: str = Field(min_length=1)
-    description: str | None = None
-    parameters: dict | None = None
-
-
-class Tool(Strict):
-    type: Literal["function"]
-    function: Function
-
-
 class StreamOptions(Strict):
     include_usage: bool = False
 
@@ -184,12 +120,11 @@ class Knobs(Strict):
     stream: bool = False
     stream_options: StreamOptions = Field(default_factory=StreamOptions)
     n: int = Field(1, ge=1, le=MAX_N)
-    method: Literal["vanilla", "sps", "duo", "lookup"] = "duo"
+    method: Literal["vanilla", "sps", "duo"] = "duo"
     gamma: int | None = Field(None, ge=1, le=64)
     multi_seq: bool = True
     theta_scale: float = Field(1.0, gt=0, le=100)
     predraft: bool = True  # duo: pre-draft likely rejection outcomes (the cost model decides)
-    lookup: Literal["auto", "on", "off"] = "auto"  # duo, lookup: suffix-index drafts
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
@@ -199,15 +134,6 @@ class Knobs(Strict):
     def logprob_count(self) -> int | None:
         """Alternatives per token to report; None: no logprobs (each endpoint says)."""
         return None
-
-    def lookup_for_method(self) -> str:
-        """`lookup`, refused by name where the method cannot honour it."""
-        if (self.lookup == "on" and self.method not in ("duo", "lookup")
-                or self.method == "lookup" and self.lookup == "off"):
-            raise ApiError(400, f"lookup: '{self.lookup}' does not go with method "
-                                f"'{self.method}' (lookup drafts: duo and lookup; lookup "
-                                "needs them)", param="lookup", code="invalid_value")
-        return self.lookup
 
     def token_bias(self) -> dict[int, float]:
         out = {}
@@ -245,7 +171,6 @@ class Knobs(Strict):
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup_for_method(),
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,
@@ -255,7 +180,8 @@ class Knobs(Strict):
 class ChatRequest(Knobs):
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
-    tool_choice: Union[Literal["none", "auto"], None] = None  # others: NOT_YET
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: bool = True  # False: at most one call (the grammar)
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
 
@@ -269,25 +195,31 @@ class ChatRequest(Knobs):
         return [m.for_template() for m in self.messages]
 
     def tool_list(self) -> list[dict] | None:
-        """The tools to render into the prompt: none when absent or tool_choice is "none"."""
-        if not self.tools or self.tool_choice == "none":
-            return None
-        return [t.model_dump(exclude_none=True) for t in self.tools]
+        """The tools as given (app/tool_prompt.py plans what reaches the prompt)."""
+        return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+
+    def choice(self):
+        """tool_choice as app/tool_prompt.py takes it: a string, a {"function": {"name"}}
+        dict or None."""
+        c = self.tool_choice
+        return c.model_dump() if isinstance(c, NamedToolChoice) else c
 
 
 class CompletionRequest(Knobs):
     prompt: Union[str, list[str]]
+    suffix: str | None = None  # fill-in-the-middle (app/infill.py): the text after the gap
     logprobs: int | None = Field(None, ge=0, le=5)
 
     def logprob_count(self) -> int | None:
         return self.logprobs
 
-    def text(self) -> str:
-        if isinstance(self.prompt, list):
-            if len(self.prompt) != 1:
-                raise ApiError(400, "prompt: one prompt per request", param="prompt")
-            return self.prompt[0]
-        return self.prompt
+    def texts(self) -> list[str]:
+        """The prompts, in order: one choice each (n choices each with n > 1)."""
+        prompts = self.prompt if isinstance(self.prompt, list) else [self.prompt]
+        if not 1 <= len(prompts) <= MAX_PROMPTS:
+            raise ApiError(400, f"prompt: a list of 1 to {MAX_PROMPTS} prompts, got "
+                                f"{len(prompts)}", param="prompt", code="invalid_value")
+        return prompts
 
     def tool_list(self) -> None:
         return None

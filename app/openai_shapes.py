@@ -18,6 +18,7 @@ class Answer:
     stats: dict = field(default_factory=dict)
     tool_calls: list[dict] = field(default_factory=list)
     logprobs: list = field(default_factory=list)  # core.logprobs.TokenLogprob, when asked
+    tokens: list[int] = field(default_factory=list)  # the ids generated (llama-server's)
 
     @property
     def finish(self) -> str:
@@ -29,13 +30,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(answers: list[Answer]) -> dict:
-    """The prompt counted once (choices after the first reuse it), the completions summed."""
-    first = answers[0].stats if answers else {}
-    prompt = int(first.get("prompt_tokens", 0))
+def usage(answers: list[Answer], per_prompt: int = 0) -> dict:
+    """Each prompt counted once (its n choices, `per_prompt`, reuse it; 0: one prompt for
+    all), the completions summed."""
+    firsts = answers[::per_prompt] if per_prompt else answers[:1]
+    prompt = sum(int(a.stats.get("prompt_tokens", 0)) for a in firsts)
     new = sum(int(a.stats.get("new_tokens", 0)) for a in answers)
     return {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new,
-            "prompt_tokens_details": {"cached_tokens": int(first.get("cached_tokens", 0))}}
+            "prompt_tokens_details": {"cached_tokens": sum(int(a.stats.get("cached_tokens", 0))
+                                                           for a in firsts)}}
 
 
 def _per(n: int, ms: float) -> tuple[float, float]:
@@ -87,8 +90,9 @@ class Shapes:
     every body names the seed the request used (choice i used seed + i); `token_text`
     renders the logprobs' tokens when they were asked for."""
 
-    def __init__(self, chat: bool, model: str, seed: int, token_text=None):
+    def __init__(self, chat: bool, model: str, seed: int, token_text=None, per_prompt: int = 0):
         self.chat, self.model, self.seed, self.token_text = chat, model, seed, token_text
+        self.per_prompt = per_prompt  # choices per prompt of a prompt list (usage)
         self.id, self.created = new_id("chatcmpl" if chat else "cmpl"), int(time.time())
         self.offsets: dict[int, int] = {}  # per choice: text sent so far (text_offset)
 
@@ -123,7 +127,7 @@ class Shapes:
                 choice["text"] = a.text
             choices.append(choice)
         body = self._head("chat.completion" if self.chat else "text_completion")
-        return {**body, "choices": choices, "usage": usage(answers),
+        return {**body, "choices": choices, "usage": usage(answers, self.per_prompt),
                 "timings": timings(answers[0].stats)}
 
     def chunk(self, index: int, text: str = "", first: bool = False,
@@ -137,8 +141,8 @@ class Shapes:
             delta = {"role": "assistant", "content": text} if first else {}
             if text and not first:
                 delta["content"] = text
-            if tool_calls:
-                delta["tool_calls"] = [{"index": k, **c} for k, c in enumerate(tool_calls)]
+            if tool_calls:  # entries with their index (app/tools.py ToolStream)
+                delta["tool_calls"] = tool_calls
             choice["delta"] = delta
         else:
             choice["text"] = text
@@ -146,7 +150,8 @@ class Shapes:
 
     def usage_chunk(self, answers: list[Answer]) -> dict:
         """The last chunk when stream_options.include_usage: no choices, usage and timings."""
-        return {**self._head(self._chunk_object), "choices": [], "usage": usage(answers),
+        return {**self._head(self._chunk_object), "choices": [],
+                "usage": usage(answers, self.per_prompt),
                 "timings": timings(answers[0].stats)}
 
 

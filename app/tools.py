@@ -1,6 +1,7 @@
-"""Tools through the model's chat template: whether the template renders them, and the calls
-an answer makes in the Hermes / Qwen form `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
-taken out of its text (whole, or held back while streaming)."""
+"""Tool calls in an answer, in the Hermes / Qwen form `<tool_call>{"name": ..., "arguments":
+...}</tool_call>` (our own prompt asks for it too): whether a chat template renders tools that
+way, the calls taken out of a whole answer, and a streamed answer cut into text and call
+pieces as the openai SDK expects them (name first, then the arguments bit by bit)."""
 from __future__ import annotations
 
 import json
@@ -10,20 +11,26 @@ from app.openai_shapes import new_id
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+HEAD = re.compile(re.escape(OPEN) + r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
+                  r'"arguments"\s*:\s*')
+TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
+HOLD = len("}\n" + CLOSE) + 2  # characters of arguments held back until the call closes
 PROBE = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "",
                                           "parameters": {"type": "object", "properties": {}}}}
 
 
-def template_takes_tools(tokenizer) -> bool:
-    """True if the chat template puts a tool's definition into the prompt."""
+def template_style(tokenizer) -> str:
+    """"hermes" if the chat template renders tools and asks for `<tool_call>` answers, "own"
+    if it has no tool syntax (or another one: our prompt is used then), "none" without a
+    template."""
     if not getattr(tokenizer, "chat_template", None):
-        return False
+        return "none"
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[PROBE],
                                              add_generation_prompt=True, tokenize=False)
     except Exception:  # noqa: BLE001 - a template that fails on tools does not take them
-        return False
-    return PROBE["function"]["name"] in text
+        return "own"
+    return "hermes" if PROBE["function"]["name"] in text and OPEN in text else "own"
 
 
 def _call(body: str) -> dict | None:
@@ -52,28 +59,83 @@ def split_calls(text: str) -> tuple[str, list[dict]]:
     return CALL.sub(take, text), calls
 
 
-class HeldText:
-    """One streamed answer: text is passed on until a call may begin, the rest is held and
-    parsed at the end (trailing spaces too, as the whole answer drops them before a call)."""
+class ToolStream:
+    """One streamed answer. `feed` and `finish` return pieces: ("text", str) or ("call", a
+    delta.tool_calls entry). Text is passed on until a call may begin (trailing spaces held,
+    as the whole answer drops them before a call); a call's id and name go out once its head
+    is read, its arguments as they come (the last HOLD characters wait for the close); what
+    never parses as a call goes out as text at the end. `calls`: the closed calls."""
 
     def __init__(self):
-        self.text, self.sent = "", 0
+        self.text, self.sent, self.calls = "", 0, []
+        self.open: dict | None = None  # the call being streamed: its entry and arguments' start
 
-    def feed(self, piece: str) -> str:
+    def feed(self, piece: str) -> list[tuple]:
         self.text += piece
-        cut = self.text.find(OPEN, self.sent)
-        if cut < 0:
-            cut = len(self.text) - _partial_open(self.text)
-        cut = len(self.text[:cut].rstrip())
-        out = self.text[self.sent:cut] if cut > self.sent else ""
-        self.sent += len(out)
+        out: list[tuple] = []
+        while self._step(out):
+            pass
         return out
 
-    def finish(self) -> tuple[str, list[dict]]:
-        """(the text not sent yet, the calls)"""
-        text, calls = split_calls(self.text)
-        rest = text[self.sent:]
-        return (rest.rstrip() if calls else rest), calls
+    def _step(self, out: list) -> bool:
+        """Move on as far as the text allows; True when another step may move further."""
+        if self.open is not None:
+            return self._arguments(out)
+        pos = self.text.find(OPEN, self.sent)
+        cut = len(self.text) - _partial_open(self.text) if pos < 0 else pos
+        cut = self.sent + len(self.text[self.sent:cut].rstrip())
+        if cut > self.sent:
+            out.append(("text", self.text[self.sent:cut]))
+            self.sent = cut
+        head = HEAD.match(self.text, pos) if pos >= 0 else None
+        if head is None:
+            return False
+        name = json.loads(f'"{head.group(1)}"')
+        entry = {"index": len(self.calls), "id": new_id("call"), "type": "function",
+                 "function": {"name": name, "arguments": ""}}
+        out.append(("call", {**entry, "function": dict(entry["function"])}))
+        self.open, self.sent = {"entry": entry, "at": head.end()}, head.end()
+        return True
+
+    def _arguments(self, out: list) -> bool:
+        entry, at = self.open["entry"], self.open["at"]
+        try:
+            end = json.JSONDecoder().raw_decode(self.text, at)[1]
+        except ValueError:
+            end = None
+        tail = TAIL.match(self.text, end) if end is not None else None
+        upto = end if tail else min(len(self.text) - HOLD, end or len(self.text))
+        self._send_arguments(out, upto)
+        if tail is None:
+            return False
+        self.calls.append(entry)
+        self.open, self.sent = None, tail.end()
+        return True
+
+    def _send_arguments(self, out: list, upto: int) -> None:
+        if upto > self.sent:
+            piece = self.text[self.sent:upto]
+            self.open["entry"]["function"]["arguments"] += piece
+            out.append(("call", {"index": self.open["entry"]["index"],
+                                 "function": {"arguments": piece}}))
+            self.sent = upto
+
+    def finish(self) -> list[tuple]:
+        """The rest: a call cut short (max_tokens) sends the arguments it has; calls that
+        did not stream (another layout) go out whole; the text left, stripped after calls."""
+        out: list[tuple] = []
+        if self.open is not None:
+            self._send_arguments(out, len(self.text))
+            return out
+        text, calls = split_calls(self.text[self.sent:])
+        text = text.strip() if calls or self.calls else text
+        if text:
+            out.append(("text", text))
+        for call in calls:
+            call = {"index": len(self.calls), **call}
+            self.calls.append(call)
+            out.append(("call", call))
+        return out
 
 
 def _partial_open(text: str) -> int:

@@ -1,8 +1,10 @@
 """response_format as a grammar: llguidance compiles a JSON schema (or any JSON object) for the
-target's tokenizer, and `LLGrammar` is the core.constraints.Grammar a generation advances,
-rolls back and asks for packed masks."""
+target's tokenizer, or a tool-call answer (plain text or `<tool_call>` JSON calls matching the
+tools' schemas); `LLGrammar` is the core.constraints.Grammar a generation advances, rolls back
+and asks for packed masks."""
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -63,25 +65,102 @@ class Grammars:
 
     def compile(self, response_format: dict | None) -> LLGrammar | None:
         """The grammar of an OpenAI response_format ({"type": "text" | "json_object" |
-        "json_schema", ...}); None for text. ValueError names what is wrong with it."""
-        schema, strict = schema_of(response_format)
-        if schema is None:
-            return None
+        "json_schema", ...}) or of a tool-call answer ({"type": "tool_calls", ...}: see
+        tool_lark); None for text. ValueError names what is wrong with it."""
         import llguidance
-        options = {**LAYOUT, "lenient": not strict}
-        try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options)
-        except ValueError as e:
-            raise ValueError(f"response_format: {e}") from None
+        field = "tools" if (response_format or {}).get("type") == "tool_calls" else \
+            "response_format"
+        grammar = self._grammar(response_format)
+        if grammar is None:
+            return None
         tok = self.tokenizer()
         error = llguidance.LLMatcher.validate_grammar(grammar, tok)
         if error:
-            raise ValueError(f"response_format: the schema is not supported: {error}")
+            first = error.strip().splitlines()[0]
+            raise ValueError(f"{field}: the schema is not supported: {first}")
         matcher = llguidance.LLMatcher(tok, grammar, log_level=0)
         if matcher.is_error():
-            raise ValueError(f"response_format: {matcher.get_error()}")
+            raise ValueError(f"{field}: {matcher.get_error()}")
         return LLGrammar(matcher, (self.vocab_size + 31) // 32)
 
+    @staticmethod
+    def _grammar(response_format: dict | None) -> str | None:
+        import llguidance
+        if (response_format or {}).get("type") == "tool_calls":
+            try:
+                return llguidance.LLMatcher.grammar_from_lark(tool_lark(response_format))
+            except ValueError as e:
+                raise ValueError(f"tools: {e}") from None
+        schema, strict = schema_of(response_format)
+        if schema is None:
+            return None
+        options = {**LAYOUT, "lenient": not strict}
+        try:
+            return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=options)
+        except ValueError as e:
+            raise ValueError(f"response_format: {e}") from None
+
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def tool_lark(spec: dict) -> str:
+    """A lark grammar (llguidance's dialect) for a tool-call answer. spec: {"tools": [{"name",
+    "parameters"}], "required": bool (no plain text), "parallel": bool (one or more calls),
+    "text": a response_format for the plain-text branch or None}. A call is
+    `<tool_call>{"name": N, "arguments": {...}}</tool_call>` (a newline may pad the JSON), its
+    arguments matching N's JSON schema; calls are one a line; plain text never holds OPEN."""
+    defs: dict = {}
+    calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+              "properties": {"name": {"const": t["name"]},
+                             "arguments": closed(_hoist_defs(t.get("parameters"), defs))}}
+             for t in spec["tools"]]
+    defs = {key: {n: closed(d) for n, d in group.items()} for key, group in defs.items()}
+    body = {"anyOf": calls, **defs, "x-guidance": {**LAYOUT, "lenient": True}}
+    lines = ["calls: " + ("call+" if spec.get("parallel", True) else "call"),
+             f'call: "{OPEN}" "\\n"? body "\\n"? "{CLOSE}"',
+             "body: %json " + json.dumps(body)]
+    if spec.get("required"):
+        return "\n".join(["start: calls", *lines])
+    schema, strict = schema_of(spec.get("text"))
+    if schema is None:
+        text = "answer: TEXT\nTEXT: /(.|\\n)+/ & ~/(.|\\n)*" + OPEN + "(.|\\n)*/"
+    else:
+        text = "answer: %json " + json.dumps({**schema, "x-guidance": {**LAYOUT,
+                                                                       "lenient": not strict}})
+    return "\n".join(["start: answer | calls", *lines, text])
+
+
+def closed(schema):
+    """`schema` with every object that lists its properties and says nothing of others closed
+    to them (additionalProperties: false, as OpenAI's strict function calling asks): a small
+    model given room for more keys can add keys until max_tokens."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed(v) if k in SUBSCHEMAS else v for k, v in schema.items()}
+    for key in ("properties", "$defs", "definitions", "patternProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = {n: closed(s) for n, s in out[key].items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "not", "prefixItems", "if", "then", "else",
+              "additionalProperties")
+
+
+def _hoist_defs(parameters: dict | None, defs: dict) -> dict:
+    """A tool's parameters schema with its $defs moved to the grammar's root, where its
+    "#/$defs/..." references point once it is nested in the call schema."""
+    schema = dict(parameters or {"type": "object", "properties": {}})
+    for key in ("$defs", "definitions"):
+        for name, sub in (schema.pop(key, None) or {}).items():
+            if defs.setdefault(key, {}).setdefault(name, sub) != sub:
+                raise ValueError(f"tools: two tools define {key} '{name}' differently")
+    return schema
 
 def schema_of(response_format: dict | None) -> tuple[dict | None, bool]:
     """(JSON schema, strict) of a response_format; (None, False) for plain text."""

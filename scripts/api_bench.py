@@ -1,8 +1,11 @@
 """Measure the API as a client sees it: TTFT of each turn of a 5-turn chat with and without the
 prompt cache, tokens/s through the API against the CLI (scripts/generate.py) on the same
 prompts, 8 clients at once, and 16 clients asking again and again for a few minutes. Starts `app/main.py --no-ui` itself; writes DIR/api.json.
+With --tools, only the tool grammar's cost instead: duo with and without `tools` on every
+project prompt, interleaved, writing DIR/api_tools.json (docs/agents.md).
 
     python scripts/api_bench.py --out bench/out/api [--pair smol-self] [--port 7870]
+    python scripts/api_bench.py --tools --out bench/out/api [--runs 1] [--limit N]
 """
 from __future__ import annotations
 
@@ -103,6 +106,47 @@ def concurrent(client, pair, prompts, n: int, max_tokens: int) -> dict:
                                                              zip(alone, results))}
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"enum": ["C", "F"]}},
+                   "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"]}}}]
+
+
+def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
+    """duo with `tools` (tool_choice auto: the grammar allows text or calls) against duo
+    without, each prompt in turn, interleaved; tokens/s over all answers, whole (prompt
+    included: the tools make the prompt longer) and decoding only (after the first token)."""
+    rows = {"plain": [], "tools": []}
+    for _ in range(runs):
+        for p in prompts:
+            for label, extra in (("plain", {}), ("tools", {"tools": TOOLS})):
+                r = client.chat.completions.create(
+                    model=pair, messages=[{"role": "user", "content": p}], temperature=0,
+                    max_tokens=max_tokens, extra_body={"method": "duo", "cache_prompt": False},
+                    **extra)
+                t = r.model_extra["timings"]
+                rows[label].append({"n": t["predicted_n"], "ms": t["predicted_ms"],
+                                    "ttft_ms": t["ttft_ms"], "calls": len(
+                                        r.choices[0].message.tool_calls or [])})
+
+    def speed(label, decode):
+        rs = rows[label]
+        n = sum(r["n"] - decode for r in rs)
+        return n * 1e3 / sum(r["ms"] - (r["ttft_ms"] if decode else 0) for r in rs)
+    out = {k: {"tokens_per_s": speed(k, 0), "decode_tokens_per_s": speed(k, 1)}
+           for k in rows}
+    out["ratio"] = out["tools"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
+    out["decode_ratio"] = (out["tools"]["decode_tokens_per_s"]
+                           / out["plain"]["decode_tokens_per_s"])
+    out["answers_with_calls"] = sum(r["calls"] > 0 for r in rows["tools"])
+    return {**out, "answers": rows, "goal": "ratio >= 0.85"}
+
+
 def load(port: int, pair: str, clients: int, minutes: float) -> dict:
     """`clients` threads ask their own question again and again for `minutes`: every answer
     must be 200 with the text that question got alone, or a 429."""
@@ -143,12 +187,26 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--load-minutes", type=float, default=3.0)
+    p.add_argument("--tools", action="store_true",
+                   help="only the tool grammar's cost (duo with tools vs without)")
+    p.add_argument("--runs", type=int, default=1, help="--tools: passes over the prompts")
+    p.add_argument("--limit", type=int, default=0, help="--tools: the first N prompts only")
     args = p.parse_args()
-    prompts = [json.loads(line)["turns"][0]
-               for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()[::4]]
+    lines = (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()
+    prompts = [json.loads(line)["turns"][0] for line in lines[::1 if args.tools else 4]]
     server = start_server(args.pair, args.port)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{args.port}/v1", api_key="-",
                            max_retries=0, timeout=600)
+    if args.tools:
+        try:
+            result = tool_cost(client, args.pair, prompts[:args.limit or None], 128, args.runs)
+        finally:
+            server.terminate()
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "api_tools.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "answers"}, indent=1))
+        return
     try:
         ttft = {"cache": [], "no_cache": []}
         for _ in range(args.reps):  # interleaved

@@ -3,6 +3,7 @@ the routes without /v1, /tokenize and /detokenize with the target's tokenizer, a
 (no browser origin is answered unless named)."""
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -121,3 +122,84 @@ def test_cors_replaces_gradios_rule():
 def preflight_of(client: TestClient):
     return client.options("/x", headers={"Origin": ALLOWED,
                                          "Access-Control-Request-Method": "POST"})
+
+
+# -- llama-server's /completion and /infill ---------------------------------------------------
+TIMINGS = {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+           "predicted_per_second"}
+
+
+def native(served, path, body, stream=False) -> httpx.Response:
+    return httpx.post(served.base + path, json={**body, "stream": stream}, headers=AUTH,
+                      timeout=300)
+
+
+def sse_data(response: httpx.Response) -> list[dict]:
+    return [json.loads(ln[len("data: "):]) for ln in response.text.split("\n")
+            if ln.startswith("data: ")]
+
+
+def test_native_completion_whole_and_streamed(served):
+    body = {"prompt": "The sky is", "n_predict": 6, "temperature": 0, "return_tokens": True}
+    whole = native(served, "/completion", body).json()
+    text = served.client().completions.create(model="smol-self", prompt="The sky is",
+                                              max_tokens=6, temperature=0).choices[0].text
+    assert whole["content"] == text and whole["stop"] is True and whole["stop_type"] == "limit"
+    assert whole["tokens_predicted"] == 6 == len(whole["tokens"])
+    assert whole["tokens_evaluated"] == len(served.host.pair.prompt_ids("The sky is", raw=True))
+    assert TIMINGS <= set(whole["timings"]) and whole["timings"]["predicted_n"] == 6
+    chunks = sse_data(native(served, "/completion", body, stream=True))
+    assert all(not c["stop"] for c in chunks[:-1]) and chunks[-1]["stop"] is True
+    assert "".join(c["content"] for c in chunks) == text
+    assert [t for c in chunks[:-1] for t in c["tokens"]] == whole["tokens"]
+    assert chunks[-1]["tokens_predicted"] == 6 and TIMINGS <= set(chunks[-1]["timings"])
+    by_ids = native(served, "/completion", {**body, "prompt": served.host.pair.prompt_ids(
+        "The sky is", raw=True)}).json()
+    assert by_ids["content"] == text
+    two = native(served, "/completion", {**body, "prompt": ["The sky is", "Paris is"]}).json()
+    assert [a["index"] for a in two] == [0, 1] and two[0]["content"] == text
+
+
+NATIVE_BAD = [({"prompt": "Hi", "foo": 1}, "foo"), ({"prompt": "Hi", "min_p": 0.1}, "min_p"),
+              ({"prompt": "Hi", "n_probs": 3}, "n_probs"), ({"prompt": [1, "a"]}, "prompt"),
+              ({"prompt": [10**9]}, "prompt"), ({"prompt": "Hi", "n_predict": "x"}, "n_predict"),
+              ({"prompt": "Hi", "logit_bias": "x"}, "logit_bias"),
+              ({"prompt": "Hi", "input_prefix": "a"}, "input_prefix")]
+
+
+@pytest.mark.parametrize("body,param", NATIVE_BAD)
+def test_native_bad_bodies_are_400_by_name(served, body, param):
+    r = native(served, "/completion", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert native(served, "/completion", {"prompt": "Hi", "n_predict": 1}).status_code == 200
+
+
+def test_infill_on_a_model_without_fim_tokens_is_400_by_name(served):
+    r = native(served, "/infill", {"input_prefix": "def f(", "input_suffix": "):", "n_predict": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_prefix"
+    assert "FIM" in r.json()["error"]["message"]
+    r = served.post("/completions", {"model": "smol-self", "prompt": "def f(", "suffix": "):",
+                                     "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "suffix"
+
+
+def test_infill_with_fim_tokens_is_lossless(served, monkeypatch):
+    """A fake FIM vocabulary: three of SmolLM2's special tokens play prefix, suffix, middle."""
+    import app.infill
+    from tests.conftest import vanilla_ids
+
+    monkeypatch.setattr(app.infill, "FIM_NAMES", [("<repo_name>", "<file_sep>", "<filename>")])
+    pair = served.host.pair
+    body = {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n\nprint(add(1, 2))",
+            "n_predict": 12, "temperature": 0, "return_tokens": True}
+    duo = native(served, "/infill", {**body, "method": "duo"}).json()
+    vanilla = native(served, "/infill", {**body, "method": "vanilla"}).json()
+    ids = (pair.tokenizer("")["input_ids"] + [3] + pair.tokenizer(body["input_prefix"])[
+        "input_ids"] + [5] + pair.tokenizer(body["input_suffix"])["input_ids"] + [6])
+    assert duo["tokens"] == vanilla["tokens"] == vanilla_ids(pair, ids, 12)
+    assert duo["tokens_evaluated"] == len(ids)
+    text = served.client().completions.create(
+        model="smol-self", prompt=body["input_prefix"], suffix=body["input_suffix"],
+        max_tokens=12, temperature=0)
+    assert text.choices[0].text == duo["content"]

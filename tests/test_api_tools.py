@@ -1,6 +1,6 @@
-"""Tools through the chat template: a 400 naming `tools` on smol-self (its template has no tool
-syntax); tool history turns accepted; and, on a pair with a small tool-capable template whose
-answer is a Hermes / Qwen style call, the tools in the prompt and parsed `tool_calls` out."""
+"""Tools through a Hermes-style chat template (a scripted pair whose answer is a Hermes / Qwen
+style call: the tools in the prompt, parsed `tool_calls` out, streamed in pieces), our own
+tool prompt for templates without tool syntax, the tool grammar, and the stream parser."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,10 @@ import time
 import openai
 import pytest
 
-from app.tools import HeldText, split_calls
+from app.tool_prompt import as_text, plan
+from app.tools import ToolStream, split_calls
 from core.output import Event
 from tests.live_server import Served
-from tests.test_api import GOOD, served  # noqa: F401 - the shared server fixture
 
 TEMPLATE = (
     "{%- if tools %}<|im_start|>system\nYou may call these tools:\n<tools>\n"
@@ -52,6 +52,7 @@ class ScriptedPair:
         self.tokenizer = AutoTokenizer.from_pretrained(str(real.target_dir))
         self.tokenizer.chat_template = TEMPLATE
         self.spec, self.target, self.answer, self.prompts = real.spec, real.target, answer, []
+        self.formats = []
         self.tokenizer_lock = threading.RLock()
 
     def prompt_ids(self, prompt, raw=False, tools=None):
@@ -62,6 +63,9 @@ class ScriptedPair:
 
     def check_room(self, ids, max_new_tokens):
         pass
+
+    def check_format(self, response_format):
+        self.formats.append(response_format)
 
     def generate(self, ids, cfg, stop=None):
         t0, pieces = time.perf_counter(), [self.answer[i:i + 3]
@@ -81,24 +85,6 @@ def tooled(smol_pair):
     s.close()
 
 
-def test_tools_on_a_template_without_them_are_400(served):
-    r = served.post("/chat/completions", {**GOOD, "tools": [WEATHER]})
-    assert r.status_code == 400, r.text
-    err = r.json()["error"]
-    assert err["param"] == "tools" and "no tool syntax" in err["message"]
-    with pytest.raises(openai.BadRequestError) as e:
-        served.client().chat.completions.create(model="smol-self", messages=GOOD["messages"],
-                                                tools=[WEATHER], max_tokens=2)
-    assert e.value.param == "tools"
-    none = served.post("/chat/completions", {**GOOD, "tools": [WEATHER], "tool_choice": "none"})
-    assert none.status_code == 200  # the tools are not offered then
-
-
-def test_tool_history_turns_are_accepted(served):
-    r = served.post("/chat/completions", {**GOOD, "messages": HISTORY})
-    assert r.status_code == 200, r.text
-
-
 def test_the_tools_reach_the_prompt_and_the_call_comes_back(tooled):
     reply = tooled.client().chat.completions.create(
         model="smol-self", messages=[{"role": "user", "content": "Weather in Paris?"}],
@@ -106,6 +92,8 @@ def test_the_tools_reach_the_prompt_and_the_call_comes_back(tooled):
     assert '"name": "get_weather"' in tooled.host.pair.prompts[-1]
     choice = choice_of(reply)
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
+    grammar = tooled.host.pair.formats[-1]
+    assert grammar["type"] == "tool_calls" and not grammar["required"]
     call = choice.message.tool_calls[0]
     assert call.type == "function" and call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"} and call.id
@@ -116,7 +104,7 @@ def choice_of(reply):
     return reply.choices[0]
 
 
-def test_a_streamed_call_arrives_whole_before_the_finish(tooled):
+def test_a_streamed_call_arrives_in_pieces_before_the_finish(tooled):
     stream = tooled.client().chat.completions.create(
         model="smol-self", messages=[{"role": "user", "content": "Weather?"}],
         tools=[WEATHER], stream=True)
@@ -124,7 +112,9 @@ def test_a_streamed_call_arrives_whole_before_the_finish(tooled):
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     calls = [c.choices[0].delta.tool_calls for c in chunks if c.choices[0].delta.tool_calls]
     assert text == "Let me look." and "<tool" not in text
-    assert len(calls) == 1 and calls[0][0].function.name == "get_weather"
+    assert calls[0][0].function.name == "get_weather" and calls[0][0].id
+    assert all(c[0].index == 0 and c[0].function.name is None for c in calls[1:])
+    assert json.loads("".join(c[0].function.arguments for c in calls)) == {"city": "Paris"}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
@@ -156,11 +146,85 @@ def test_split_calls(text, content, names):
     assert rest == content and [c["function"]["name"] for c in calls] == names
 
 
-def test_held_text_passes_text_and_holds_what_may_be_a_call():
-    held = HeldText()
-    sent = [held.feed(ANSWER[i:i + 2]) for i in range(0, len(ANSWER), 2)]
-    assert "".join(sent) == "Let me look."
-    assert held.finish()[1][0]["function"]["name"] == "get_weather"
-    held = HeldText()
-    assert held.feed("a <tool") == "a" and held.feed("s are fine") == " <tools are fine"
-    assert held.finish() == ("", [])
+def test_the_stream_sends_text_then_the_call_in_pieces():
+    stream, pieces = ToolStream(), []
+    for i in range(0, len(ANSWER), 2):
+        pieces += stream.feed(ANSWER[i:i + 2])
+    pieces += stream.finish()
+    assert "".join(v for k, v in pieces if k == "text") == "Let me look."
+    calls = [v for k, v in pieces if k == "call"]
+    assert calls[0]["function"] == {"name": "get_weather", "arguments": ""} and calls[0]["id"]
+    assert len(calls) > 2 and all(c["index"] == 0 for c in calls)
+    assert "".join(c["function"]["arguments"] for c in calls) == '{"city": "Paris"}'
+    assert stream.calls[0]["function"]["arguments"] == '{"city": "Paris"}'
+    stream = ToolStream()
+    assert stream.feed("a <tool") == [("text", "a")]
+    assert stream.feed("s are fine") == [("text", " <tools are fine")]
+    assert stream.finish() == [] and stream.calls == []
+
+
+def test_the_stream_sends_a_call_in_another_layout_whole_at_the_end():
+    stream = ToolStream()
+    text = '<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'
+    assert stream.feed(text) == []
+    (kind, call), = stream.finish()
+    assert kind == "call" and call["function"] == {"name": "f", "arguments": '{"x": 1}'}
+
+
+def test_our_prompt_describes_the_tools_and_renders_history():
+    p = plan(HISTORY, [WEATHER], None, True, hermes=False, text_format=None)
+    assert p.messages[0]["role"] == "system" and '"name": "get_weather"' in p.messages[0][
+        "content"] and p.template_tools is None
+    assert p.messages[2]["content"] == ('<tool_call>{"name": "get_weather", "arguments": '
+                                        '{"city": "Paris"}}</tool_call>')
+    assert p.messages[3] == {"role": "user", "content": '<tool_response name="get_weather">\n'
+                                                        '18 C, sunny\n</tool_response>'}
+    assert p.grammar == {"type": "tool_calls", "required": False, "parallel": True,
+                         "text": None, "tools": [{"name": "get_weather",
+                                                  "parameters": WEATHER["function"][
+                                                      "parameters"]}]}
+    named = plan(HISTORY, [WEATHER], {"function": {"name": "get_weather"}}, False, False, None)
+    assert named.grammar["required"] and not named.grammar["parallel"]
+    assert "You must call get_weather." in named.messages[0]["content"]
+    none = plan(HISTORY, [WEATHER], "none", True, False, None)
+    assert none.grammar is None and "get_weather" not in none.messages[0]["content"]
+
+
+def test_tool_results_in_a_row_are_one_user_turn():
+    two = [{"role": "tool", "tool_call_id": "a", "content": "1"},
+           {"role": "tool", "tool_call_id": "b", "content": "2"}]
+    (turn,) = as_text(two)
+    assert turn["role"] == "user" and turn["content"].count("<tool_response") == 2
+
+
+def advance(pair, spec, text) -> tuple[int, int, bool]:
+    grammar = pair.grammars.compile(spec)
+    ids = pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return grammar.advance(ids), len(ids), grammar.accepting
+
+
+ADD = {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                     "required": ["a"]}}
+ADD_CALL = '<tool_call>{"name": "add", "arguments": {"a": 3}}</tool_call>'
+
+
+def test_the_tool_grammar(smol_pair):
+    auto = {"type": "tool_calls", "tools": [WEATHER["function"], ADD], "required": False,
+            "parallel": True, "text": None}
+    n, total, done = advance(smol_pair, auto, "Hello there.")
+    assert n == total and done
+    assert advance(smol_pair, auto, ADD_CALL + ADD_CALL)[2]
+    n, total, _ = advance(smol_pair, auto, "text " + ADD_CALL)  # no call inside text
+    assert n < total
+    n, total, _ = advance(smol_pair, auto, ADD_CALL.replace('{"a": 3}', '{"a": 3, "b": 4}'))
+    assert n < total  # the arguments' object is closed to other keys
+    assert advance(smol_pair, {**auto, "required": True}, "Hello")[0] == 0
+    one = {**auto, "parallel": False}
+    n, total, done = advance(smol_pair, one, ADD_CALL + ADD_CALL)
+    assert n < total
+    only_add = {**auto, "required": True, "tools": [ADD]}
+    n, total, _ = advance(smol_pair, only_add, CALL.replace("\n", ""))
+    assert n < total
+    json_text = {**auto, "text": {"type": "json_object"}}
+    assert advance(smol_pair, json_text, '{"a": 1}')[2]
+    assert advance(smol_pair, json_text, "Hello")[0] == 0

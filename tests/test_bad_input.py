@@ -214,7 +214,7 @@ API_BAD = [  # (path, body, status, param or None, code or None)
     ("/chat/completions", {**GOOD, "model": "/etc/passwd"}, 404, "model", "model_not_found"),
     ("/chat/completions", {**GOOD, "model": "../x"}, 404, "model", "model_not_found"),
     ("/completions", {**GOOD_TEXT, "prompt": []}, 400, "prompt", None),
-    ("/completions", {**GOOD_TEXT, "prompt": ["a", "b"]}, 400, "prompt", None),
+    ("/completions", {**GOOD_TEXT, "prompt": ["a"] * 65}, 400, "prompt", "invalid_value"),
     ("/completions", {**GOOD_TEXT, "prompt": 5}, 400, "prompt", "invalid_value"),
     ("/completions", {**GOOD_TEXT, "prompt": CONTROL}, 400, "prompt", "invalid_value"),
     ("/completions", {**GOOD_TEXT, "prompt": PASTE_2M, "stream": True}, 400, "prompt",
