@@ -1,37 +1,84 @@
-"""Tests that only mean something on a CUDA GPU (`make test-gpu`, TORCHINDUCTOR_CUDAGRAPH_OR_ERROR
-=1): CUDA graphs engage, the compiled static target's argmax equals the eager one in float32
-across rollbacks and at the window's end, int8/int4 targets load and greedy `duo` equals
-`vanilla` on them, and the memory picker's choice runs under a capped GPU memory."""
+"""The GPU tests (`make test-gpu`: the cuda cases, gpu marker, TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1)
+and their CPU twins (the same functions in `make test`, so an API drift fails here first): the
+compiled static target's argmax equals the eager one in float32 across rollbacks and at the
+window's end; crossing spans compiles and records nothing after a span's first crossing; int8 and
+int4 targets give greedy `duo` = `vanilla`; the memory picker's choice runs within its estimate
+on a simulated small card. cuda runs smol-self's weights, the CPU a 2-layer random Llama."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
+CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=CUDA)]
 PROMPTS = ["Write a haiku about the sea.", "What is 17 times 23? Explain briefly.",
            "Translate to French: the cat sleeps on the warm windowsill."]
 N = 48
 TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.py)
 
 
-@pytest.fixture(scope="module")
-def smol_dir():
-    from measure.gpu_bench import smol_dir
-    return smol_dir  # dtype -> smol-self's converted target
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
 
 
-def test_cuda_graphs_engage(smol_dir):
-    """No cudagraph skip is logged while the compiled target runs (a skip would fall back
-    to plain kernels silently; cudagraph_or_error turns it into an error)."""
-    from torch._dynamo.utils import counters
+def needs_sm80(device: str, what: str) -> None:
+    """bf16 and int4 kernels want compute capability 8.0 (Ampere) or newer: skip, saying why."""
+    if device.startswith("cuda") and torch.cuda.get_device_capability(0) < (8, 0):
+        cc = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        pytest.skip(f"{what} needs compute capability 8.0 or newer; this card has {cc}")
 
+
+def model_for(device: str, dtype: str):
+    """(name or folder, a model or None): smol-self's converted weights on cuda; on the CPU a
+    fresh 2-layer random Llama (same seed, same weights: one per target)."""
+    from measure.gpu_bench import TINY, random_model, smol_dir
+    from models.target.eager import DTYPES
+
+    if device == "cuda":
+        return smol_dir(dtype), None
+    return "tiny", random_model(TINY, "cpu", DTYPES[dtype])
+
+
+def static(device, dtype, n_ctx, buckets, compile=True, quant="none"):
     from models.target.static import StaticTarget
 
-    torch._inductor.config.triton.cudagraph_or_error = True
+    name, model = model_for(device, dtype)
+    return StaticTarget(name, device, n_ctx, dtype, compile=compile, buckets=buckets,
+                        quant=quant, model=model)
+
+
+def eager(device, dtype, n_ctx):
+    from models.target.eager import TorchTarget
+
+    name, model = model_for(device, dtype)
+    return TorchTarget(name, device, n_ctx, dtype, model=model)
+
+
+def text_ids(device: str, n: int) -> list[int]:
+    """Real text on smol-self (confident rows, no near-ties); a fixed walk on the tiny model."""
+    if device != "cuda":
+        return [(i * 37) % 300 + 3 for i in range(n)]
+    from transformers import AutoTokenizer
+
+    from measure.gpu_bench import smol_dir
+    ids = AutoTokenizer.from_pretrained(str(smol_dir("float32")))(" ".join(PROMPTS * 40))
+    return list(ids["input_ids"][:n])
+
+
+def test_cuda_graphs_engage_across_rollbacks(device):
+    """No cudagraph skip while the compiled target runs and rolls back (a skip would fall back
+    to plain kernels silently; cudagraph_or_error turns it into an error); bf16 on cuda."""
+    from torch._dynamo.utils import counters
+
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    needs_sm80(device, "bfloat16")
+    if device == "cuda":
+        torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
-    target = StaticTarget(smol_dir("bfloat16"), "cuda", 256, "bfloat16", buckets=(1, 8))
+    target = static(device, dtype, 256, (1, 8))
     try:
         target.logits(list(range(100, 140)), 1)
         for n in (40, 20, 39):
@@ -50,33 +97,6 @@ def _argmaxes(target, steps) -> list[list[int]]:
     return out
 
 
-def test_compiled_static_argmax_equals_eager_in_float32(smol_dir):
-    """Same rows' argmax across rollbacks and up to the window's last slot (float32, no TF32)."""
-    from models.target.static import StaticTarget
-    from models.target.eager import TorchTarget
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    n_ctx, d = 160, smol_dir("float32")
-    text = _text_ids(d, n_ctx)  # real text: confident rows, no near-ties to trip on
-    p = text[:120]
-    steps = _refilled([(0, p), (120, p[:8]), (124, p[8:9]), (100, p[10:42]), (128, p[:3]),
-                       (n_ctx - 8, p[50:58]), (n_ctx - 1, p[60:61])], text)
-    eager = TorchTarget(d, "cuda", n_ctx, "float32")
-    want = _argmaxes(eager, steps)
-    eager.close()
-    static = StaticTarget(d, "cuda", n_ctx, "float32", buckets=(1, 2, 4, 8, 16, 32))
-    got = _argmaxes(static, steps)
-    static.close()
-    assert got == want
-
-
-def _text_ids(d, n: int) -> list[int]:
-    from transformers import AutoTokenizer
-
-    ids = AutoTokenizer.from_pretrained(str(d))(" ".join(PROMPTS * 40))["input_ids"]
-    return list(ids[:n])
-
-
 def _refilled(steps, text):
     """Each step's cache must hold `keep` tokens first: rollbacks only shrink it, so a step
     past the first 120 tokens refills that many from the text."""
@@ -88,31 +108,94 @@ def _refilled(steps, text):
     return out
 
 
-@pytest.fixture(scope="module", params=[("int8", "float32"), ("int4", "bfloat16")])
-def quant_pair(request):
+def test_compiled_static_argmax_equals_eager_in_float32(device):
+    """Same rows' argmax across rollbacks and up to the window's last slot (float32, no TF32)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n_ctx = 160
+    text = text_ids(device, n_ctx)
+    p = text[:120]
+    steps = _refilled([(0, p), (120, p[:8]), (124, p[8:9]), (100, p[10:42]), (128, p[:3]),
+                       (n_ctx - 8, p[50:58]), (n_ctx - 1, p[60:61])], text)
+    reference = eager(device, "float32", n_ctx)
+    want = _argmaxes(reference, steps)
+    reference.close()
+    buckets = (1, 2, 4, 8, 16, 32) if device == "cuda" else (1, 8, 32)  # the CPU compiles slowly
+    target = static(device, "float32", n_ctx, buckets)
+    got = _argmaxes(target, steps)
+    target.close()
+    assert got == want
+
+
+def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device):
+    """Filling 300+ tokens (window 600) crosses the 256 and 384 spans: a second fill, chunk by
+    chunk over the same spans, adds no dynamo graph and no cudagraph skip."""
+    from torch._dynamo.utils import counters
+
+    from models.target.attention import ALIGN
+
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    needs_sm80(device, "bfloat16")
+    target = static(device, dtype, 600, (1, 8))
+    ids = text_ids(device, 400)
+
+    def fill():
+        target.rollback(0)
+        target.logits(ids[:200], 1)  # eager prefill (longer than a chunk)
+        n = 200
+        while n < 392:
+            size = 8 if n % 16 else 1
+            target.logits(ids[n:n + size], 1)
+            n += size
+    try:
+        assert all(s % ALIGN == 0 for s in target.spans)  # the last span too
+        fill()
+        graphs = counters["stats"]["unique_graphs"]
+        skips = counters["inductor"]["cudagraph_skips"]
+        fill()
+        assert counters["stats"]["unique_graphs"] == graphs
+        assert counters["inductor"]["cudagraph_skips"] == skips
+    finally:
+        target.close()
+
+
+QUANTS = [pytest.param(("cpu", "int8", "float32"), id="cpu-int8"),
+          pytest.param(("cuda", "int8", "float32"), id="cuda-int8", marks=CUDA),
+          pytest.param(("cuda", "int4", "bfloat16"), id="cuda-int4", marks=CUDA)]
+
+
+@pytest.fixture(scope="module", params=QUANTS)
+def quant_pair(request, pair_with):
+    """smol-self in int8 (float32) or int4 (bfloat16): compiled on cuda, eager on the CPU
+    (where test_quant_target covers the rest; this twin checks the calls)."""
     from models.loader import LoadOptions, Pair
 
-    quant, dtype = request.param
-    pair = Pair("smol-self", LoadOptions(device="cuda", dtype=dtype, target_quant=quant,
+    device, quant, dtype = request.param
+    needs_sm80(device, f"{quant} with {dtype}")
+    if device == "cpu":
+        yield pair_with(target_quant=quant, dtype=dtype)
+        return
+    pair = Pair("smol-self", LoadOptions(device=device, dtype=dtype, target_quant=quant,
                                          target_compile="on"))
     yield pair
     pair.close()
 
 
-def _tokens(pair, ids, method):
+def _tokens(pair, ids, method, n):
     from core.engine import GenConfig
     from scripts.benchmark import run_one
 
-    return run_one(pair, ids, GenConfig(method=method, max_new_tokens=N))["token_ids"]
+    return run_one(pair, ids, GenConfig(method=method, max_new_tokens=n))["token_ids"]
 
 
 def test_quantized_target_loads_and_duo_equals_vanilla(quant_pair):
     """int8 (float32): token for token. int4 (bfloat16 only): equal, or parted at a tie."""
     t = quant_pair.target
-    assert t.device.startswith("cuda") and t.path == "static-compiled"
-    for prompt in PROMPTS:
+    cuda = t.device.startswith("cuda")
+    assert t.path == ("static-compiled" if cuda else "eager") and t.quant != "none"
+    n, prompts = (N, PROMPTS) if cuda else (8, PROMPTS[:1])
+    for prompt in prompts:
         ids = quant_pair.prompt_ids(prompt)
-        want, got = _tokens(quant_pair, ids, "vanilla"), _tokens(quant_pair, ids, "duo")
+        want, got = _tokens(quant_pair, ids, "vanilla", n), _tokens(quant_pair, ids, "duo", n)
         if t.dtype == "float32":
             assert got == want, f"{t.quant}: duo left vanilla on {prompt!r}"
             continue
@@ -124,52 +207,114 @@ def test_quantized_target_loads_and_duo_equals_vanilla(quant_pair):
             assert top - float(logits[want[i]]) <= TIE and top - float(logits[got[i]]) <= TIE
 
 
+# -- memory: the picker on a simulated card, and (cuda) the pick run under a cap near it ------
+CARD = 2 * 1024 ** 3  # a simulated 2 GiB card: its margin is 0.5 + 1/16 of it
+CTX = 2048
+
+
+def smol_config() -> dict:
+    from models.fit.memory import target_config
+    from models.pairs.catalog import get_pair
+
+    return target_config(get_pair("smol-self"))
+
+
+def smol_dims():
+    from models.fit.memory import model_dims
+
+    return model_dims(smol_config())
+
+
+def simulate_card(monkeypatch, free: int) -> None:
+    """The picker sees `free` bytes of a CARD-sized card (its total sizes the margin)."""
+    import models.fit.memory as memory
+
+    monkeypatch.setattr(memory, "device_memory", lambda device: (free, CARD, "a simulated card"))
+
+
+def test_memory_picker_takes_int8_between_the_needs(monkeypatch, tmp_path):
+    """Room for int8 but not bf16 (margin included): the picker says int8, the window picker
+    keeps the window, and less than int4 needs is refused."""
+    import models.fit.memory as memory
+    from models.target.choice import pick_ctx
+
+    dims, card = smol_dims(), memory.Budget("cuda", None, CARD)
+    need = {k: card.needed(dims, k, CTX) for k in memory.PRECISIONS}
+    free = (need["int8"] + need["none"]) // 2
+    pick = memory.pick_quant(dims, CTX, memory.Budget("cuda", free, CARD))
+    assert pick.kind == "int8", pick.reason
+    simulate_card(monkeypatch, free)
+    (tmp_path / "config.json").write_text(json.dumps(smol_config()))
+    n_ctx, _ = pick_ctx(tmp_path, "cuda", "bfloat16", None, "int8")
+    assert n_ctx >= CTX and memory.Budget("cuda", free, CARD).fits(dims, "int8", n_ctx)
+    with pytest.raises(memory.DoesNotFit):
+        memory.pick_quant(dims, CTX, memory.Budget("cuda", int(need["int4"] * 0.9), CARD))
+
+
 @pytest.fixture
 def capped():
-    """Caps this process's GPU memory at what it holds now plus `room` bytes (what the
-    picker is then told is free)."""
+    """Caps this process's GPU memory at what it holds now plus `room` bytes."""
     def cap(room: int) -> int:
         import gc
 
         gc.collect()
         torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(0) + room)
-                                                   / total, 0)
-        return room
+        held = torch.cuda.memory_reserved(0)
+        torch.cuda.set_per_process_memory_fraction((held + room) / total, 0)
+        return held
     yield cap
     torch.cuda.set_per_process_memory_fraction(1.0, 0)
     torch.cuda.empty_cache()
 
 
-def test_memory_picker_choice_runs_under_the_cap(smol_dir, capped, monkeypatch):
-    """The cap leaves room for int8 but not bf16 (margin included): the picker says int8,
-    and the int8 target with a full window runs under the cap within the picker's estimate."""
-    import json
-
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_int8_target_runs_within_its_estimate_under_a_cap(capped, monkeypatch):
+    """The compiled int8 target (what the app runs) with a full CTX window runs with the
+    process capped at the picker's estimate less its margin: an estimate short of the real
+    need fails here (out of memory, or a peak past it)."""
     import models.fit.memory as memory
-    from models.target.choice import pick_ctx
-    from models.target.eager import TorchTarget
+    from measure.gpu_bench import smol_dir
+    from models.target.static import StaticTarget
 
-    d = smol_dir("bfloat16")
-    dims = memory.model_dims(json.loads((d / "config.json").read_text()))
-    ctx = 2048
-    need = {k: dims.needed(k, ctx) for k in memory.PRECISIONS}
-    free = capped((need["int8"] + need["none"]) // 2)
-    pick = memory.pick_quant(dims, ctx, free, "cuda")
-    assert pick.kind == "int8", pick.reason
-    monkeypatch.setattr(memory, "free_bytes", lambda device: (free, "a capped GPU"))
-    n_ctx, _ = pick_ctx(d, "cuda", "bfloat16", None, "int8")
-    assert dims.needed("int8", n_ctx) <= free
+    needs_sm80("cuda", "bfloat16")
+    dims, card = smol_dims(), memory.Budget("cuda", None, CARD)
+    estimate = card.needed(dims, "int8", CTX) - card.margin
+    held = capped(estimate)
     torch.cuda.reset_peak_memory_stats()
-    held = torch.cuda.memory_allocated()
-    target = TorchTarget(d, "cuda", ctx, "bfloat16", "int8", 32)
+    base = torch.cuda.memory_allocated()
+    target = StaticTarget(smol_dir("bfloat16"), "cuda", CTX, "bfloat16", quant="int8",
+                          quant_group=32)
     try:
-        ids = [(i * 37) % 5000 + 100 for i in range(ctx)]
-        for start in range(0, ctx, 512):
-            target.logits(ids[start:start + 512], 1)
-        assert torch.cuda.max_memory_allocated() - held <= need["int8"]
+        ids = [(i * 37) % 5000 + 100 for i in range(CTX)]
+        target.logits(ids[:CTX - 40], 1)
+        for start in range(CTX - 40, CTX - 8, 8):
+            target.logits(ids[start:start + 8], 1)
+        assert torch.cuda.max_memory_allocated() - base <= estimate, held
     finally:
         target.close()
-    with pytest.raises(memory.DoesNotFit):
-        memory.pick_quant(dims, ctx, int(need["int4"] * 0.9), "cuda")
+
+
+def test_a_sampled_round_runs_the_head_once(device):
+    """A sampled verify chunk takes its rows from the head the step already ran (one LM head
+    call a round, not a second one over the hidden rows), and they equal the eager target's."""
+    from core.backends import SampleCheck
+    from core.sampling import Noise, SamplingConfig
+
+    target = static(device, "float32", 128, (4,), compile=False)
+    calls = []
+    target.model.lm_head.register_forward_hook(lambda *a: calls.append(1))
+    ids = text_ids(device, 20)
+    target.logits(ids[:16], 1)
+    calls.clear()
+    check = SampleCheck(draft=ids[17:20], q_draft=None, noise=Noise(1), base=16, coupled=True)
+    assert len(target.score(ids[16:20], 4, SamplingConfig(temperature=0.8), check).choice) == 4
+    assert len(calls) == 1
+    target.rollback(16)
+    rows = target.logits(ids[16:20], 4)
+    reference = eager(device, "float32", 128)
+    reference.logits(ids[:16], 1)
+    torch.testing.assert_close(rows, reference.logits(ids[16:20], 4), rtol=1e-4, atol=1e-4)
+    target.close()
+    reference.close()

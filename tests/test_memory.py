@@ -15,9 +15,9 @@ BUSY = GIB // 2  # a CUDA context and a desktop already hold this much of the ca
 TABLE = {
     "llama2-7b-68m": {8: ("int4", 4096), 12: ("int8", 4096), 16: ("int8", 4096), 24: ("none", 4096)},
     "vicuna-7b-68m": {8: ("int4", 4096), 12: ("int8", 4096), 16: ("int8", 4096), 24: ("none", 4096)},
-    "qwen2.5-7b-0.5b": {8: ("int4", 6254), 12: ("int8", 8192), 16: ("int8", 8192), 24: ("none", 8192)},
-    "qwen2.5-7b-smol360m": {8: ("int4", 6254), 12: ("int8", 8192), 16: ("int8", 8192), 24: ("none", 8192)},
-    "llama3.1-8b-1b": {8: ("int4", 4898), 12: ("int8", 8192), 16: ("int8", 8192), 24: ("none", 8192)},
+    "qwen2.5-7b-0.5b": {8: ("int4", 6048), 12: ("int8", 8192), 16: ("int8", 8192), 24: ("none", 8192)},
+    "qwen2.5-7b-smol360m": {8: ("int4", 6048), 12: ("int8", 8192), 16: ("int8", 8192), 24: ("none", 8192)},
+    "llama3.1-8b-1b": {8: ("int4", 4704), 12: ("int8", 7840), 16: ("int8", 8192), 24: ("none", 8192)},
 }
 
 
@@ -78,12 +78,12 @@ def test_int4_counts_tinygemm_padding_and_the_group():
 
 def test_sliding_layers_are_counted_at_full_length():
     gemma = model_dims(catalog.get_pair("gemma-smol").extra["target_config"])  # 15 of 18 layers slide
-    assert gemma.kv_bytes(8192) == footprint.kv_cache_bytes(18, 1, 256, 8192 + footprint.KV_SLACK)
+    assert gemma.kv_bytes(8192) == footprint.kv_cache_bytes(18, 1, 256, footprint.static_slots(8192))
 
 
 def test_working_memory_counts_a_prefill_chunk_graph_pools_and_logits():
     dims = model_dims(catalog.get_pair("llama3.1-8b-1b").extra["target_config"])
-    scores = dims.heads * footprint.PREFILL_CHUNK * (8192 + footprint.KV_SLACK) * 4
+    scores = dims.heads * footprint.PREFILL_CHUNK * (footprint.static_slots(8192)) * 4
     pools = sum(dims.activations(b, 8192) for b in footprint.BUCKETS)
     logits = footprint.LOGIT_ROWS * dims.vocab * footprint.LOGIT_BYTES
     assert dims.work_bytes(8192) > scores + pools + logits

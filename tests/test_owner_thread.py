@@ -11,6 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from models.owner import Owner
 
@@ -127,3 +128,28 @@ def test_every_target_call_of_load_page_api_and_switch_runs_on_the_owner(target_
     verbs = {verb for verb, _ in target_calls}
     assert {"__init__", "score", "rollback", "set_threads", "close"} <= verbs
     assert {ident for _, ident in target_calls} == {host.owner.ident}
+
+
+def test_switching_compiled_targets_frees_their_compiled_code():
+    """Three compiled tiny targets loaded and closed in turn on one owner thread (a pair
+    switch): each close of the last compiled target leaves dynamo no entry for the decode step,
+    so switches never pile up toward its cache limit."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from measure.gpu_bench import TINY, random_model
+    from models.target.static import StaticTarget
+
+    owner, code = Owner(), StaticTarget._decode.__code__
+
+    def load_run_close(seed: int) -> tuple[int, int]:
+        target = StaticTarget("tiny", "cpu", 64, "float32", buckets=(2,),
+                              model=random_model(TINY, "cpu", torch.float32))
+        target.logits([seed, seed + 1], 1)
+        compiled = len(_debug_get_cache_entry_list(code))
+        target.close()
+        return compiled, len(_debug_get_cache_entry_list(code))
+
+    for seed in (3, 5, 7):
+        compiled, left = owner.call(load_run_close, seed)
+        assert compiled == 1 and left == 0
+    owner.stop()

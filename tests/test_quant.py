@@ -52,10 +52,10 @@ def test_model_dims_from_configs():
     assert (llama.layers, llama.kv_heads, llama.head_dim) == (32, 32, 128)
     assert llama.params == memory.Shape.from_config(LLAMA2_7B).parameters()
     assert llama.params - llama.linear_params == 2 * 32000 * 4096 + 65 * 4096  # embeddings, lm_head, norms
-    assert llama.kv_bytes(4096) == memory.kv_cache_bytes(32, 32, 128, 4096 + 32)  # the static cache's slack
+    assert llama.kv_bytes(4096) == memory.kv_cache_bytes(32, 32, 128, 4096 + 64 + 64)  # a chunk, aligned
     gemma = model_dims(GEMMA3)  # nested text_config; its 15 sliding layers are allocated at full length
     assert (gemma.layers, gemma.kv_heads, gemma.head_dim) == (18, 1, 256)
-    assert gemma.kv_bytes(4096) == memory.kv_cache_bytes(18, 1, 256, 4096 + 32)
+    assert gemma.kv_bytes(4096) == memory.kv_cache_bytes(18, 1, 256, 4096 + 64 + 64)
     assert gemma.params / 1e6 == pytest.approx(268, abs=1)
 
 
@@ -108,9 +108,9 @@ def test_auto_picks_only_what_runs():
 def test_refusal_names_the_largest_context_that_fits():
     dims = pair_dims("llama2-7b-68m")
     with pytest.raises(DoesNotFit, match=r"does not fit 6.0 GiB free on cuda:0, not even in int4: it needs 7.0 GiB "
-                                         r"at 4096 tokens .*in int4 it fits with a context of at most 2351 tokens"):
+                                         r"at 4096 tokens .*in int4 it fits with a context of at most 2208 tokens"):
         pick_quant(dims, 4096, card(6))
-    assert card(6).needed(dims, "int4", 2351) <= 6 * GIB < card(6).needed(dims, "int4", 2352)
+    assert card(6).needed(dims, "int4", 2208) <= 6 * GIB < card(6).needed(dims, "int4", 2209)
     with pytest.raises(DoesNotFit, match=r"its int4 weights and the margin alone do not fit: pick a smaller pair"):
         pick_quant(pair_dims("llama3.1-8b-1b"), 4096, card(4))
     assert issubclass(DoesNotFit, catalog.PairError)
@@ -274,3 +274,28 @@ def test_second_start_loads_the_cached_quantized_target(smol, tmp_path, monkeypa
     assert quant.cache_dir(folder, "int8", "cpu", torch.float32).parent == tmp_path / "quantized"
     with torch.inference_mode():
         assert torch.equal(first(seqs[0][0]).logits, second(seqs[0][0]).logits)
+
+
+def test_quantizing_keeps_the_process_wide_settings():
+    """torchao's quantize_ sets inductor settings for the whole process: quantize() puts the
+    inductor config and the float32 matmul precision back, and the quantized target's own
+    compile asks for torchao's settings as its options (for that compile only)."""
+    import torch
+
+    from measure.gpu_bench import TINY, random_model
+    from models.target.quant import inductor_options, quantize
+
+    config = torch._inductor.config
+    with config.patch(coordinate_descent_tuning=False, force_fuse_int_mm_with_mul=False):
+        before, precision = config.get_config_copy(), torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            quantize(random_model(TINY, "cpu", torch.float32), "int8", "cpu")
+            assert config.get_config_copy() == before
+            assert torch.get_float32_matmul_precision() == "highest"
+            options = inductor_options()
+            assert options["coordinate_descent_tuning"] is True
+            assert options["force_fuse_int_mm_with_mul"] is True
+            assert config.get_config_copy() == before  # reading them set nothing
+        finally:
+            torch.set_float32_matmul_precision(precision)

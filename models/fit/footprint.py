@@ -9,14 +9,17 @@ from models.pairs.catalog import PairError
 GIB = 1024 ** 3
 # Families whose MLP has two matrices (up, down); the rest (Llama, Qwen, Gemma, ...) gate with three.
 UNGATED_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "starcoder2", "gpt_bigcode"}
-KV_SLACK = 32          # the static cache holds n_ctx + the largest chunk bucket
+ALIGN = 64             # the static buffers' length and every span are multiples of this
 PREFILL_CHUNK = 512    # models/target/static.py prefills prompts in chunks of this many tokens
-BUCKETS = (1, 2, 4, 8, 16, 32)  # decode chunks, one CUDA graph (and its pool) each
+BUCKETS = (1, 2, 4, 8, 16, 32)  # decode chunks, one CUDA graph each (one pool for all)
 LOGIT_ROWS = 33        # at most this many rows of logits at once (a verify chunk + 1)
 LOGIT_BYTES = 4 + 2 + 4 + 8  # per row and token: float32 logits, a bf16 copy, probabilities, sort index
 INT4_COLUMNS = 1024    # torchao's tinygemm layout pads in_features to a multiple of this...
 INT4_ROWS = 8          # ...and out_features to a multiple of this (its ntile)
 INT4_GROUP = 128       # int4 default group; a target converted from a GGUF uses 32
+# cuBLAS's workspace on the owner thread's stream (torch's default CUBLAS_WORKSPACE_CONFIG is
+# :4096:8 on Hopper, 32 MiB, less elsewhere; cuBLASLt shares it); no cuDNN runs in a decoder
+CUDA_WORKSPACES = 32 * 1024 ** 2
 
 
 @dataclass(frozen=True)
@@ -91,22 +94,29 @@ class ModelDims(Shape):
 
     def kv_bytes(self, ctx: int, dtype_bytes: int = 2) -> int:
         """Keys and values of every layer at full length, sliding-window layers too: the static
-        cache allocates them so (ctx + KV_SLACK slots); the eager path's windows are not counted."""
-        return kv_cache_bytes(self.layers, self.kv_heads, self.head_dim, ctx + KV_SLACK, dtype_bytes)
+        cache allocates them so (static_slots(ctx)); the eager path's windows are not counted."""
+        return kv_cache_bytes(self.layers, self.kv_heads, self.head_dim, static_slots(ctx), dtype_bytes)
 
     def activations(self, tokens: int, ctx: int, base_bytes: int = 2) -> int:
         """One forward of `tokens` tokens over a cache of ctx: hidden states, q/k/v, the MLP's
         intermediates and, as the worst case, a float32 score matrix and its mask."""
         width = 4 * self.hidden + (self.heads + 2 * self.kv_heads) * self.head_dim + 3 * self.intermediate
-        keys = ctx + KV_SLACK
+        keys = static_slots(ctx)
         return tokens * width * base_bytes + self.heads * tokens * keys * 4 + tokens * keys * (1 + base_bytes)
 
     def work_bytes(self, ctx: int, base_bytes: int = 2) -> int:
-        """Working memory of the forward beside weights and KV cache: a prefill chunk, one CUDA
-        graph pool per decode bucket (each keeps its own peak and its output), the logits."""
+        """Working memory of the forward beside weights and KV cache: a prefill chunk, the one
+        CUDA graph pool every decode bucket shares (one owner thread records them all: its peak
+        is the largest bucket's, with that graph's output logits), the verifier's logits."""
         prefill = self.activations(min(PREFILL_CHUNK, ctx), ctx, base_bytes)
-        pools = sum(self.activations(b, ctx, base_bytes) + b * self.hidden * base_bytes for b in BUCKETS)
-        return prefill + pools + LOGIT_ROWS * self.vocab * LOGIT_BYTES
+        pool = max(self.activations(b, ctx, base_bytes) + b * self.vocab * base_bytes for b in BUCKETS)
+        return prefill + pool + LOGIT_ROWS * self.vocab * LOGIT_BYTES
+
+    def dequant_bytes(self, kind: str, base_bytes: int = 2) -> int:
+        """int8 weight-only computes mm(x, w.t().to(dtype)): a chunk of 2+ rows writes a copy of
+        the weight in the base dtype first (inductor folds the cast for one row only), one
+        linear at a time: the largest one's copy."""
+        return max(o * i for o, i, _ in self.linears()) * base_bytes if kind == "int8" else 0
 
     def load_bytes(self, kind: str, base_bytes: int = 2) -> int:
         """Transient memory of quantizing onto the device: the largest linear layer in the base
@@ -117,8 +127,10 @@ class ModelDims(Shape):
 
     def needed(self, kind: str, ctx: int, margin: int, base_bytes: int = 2, group: int | None = None,
                padded: bool = True) -> int:
-        """Everything the target holds at its peak (loading, or running at ctx), plus the margin."""
-        run = self.kv_bytes(ctx, base_bytes) + self.work_bytes(ctx, base_bytes)
+        """Everything the target holds at its peak (loading, or running at ctx), plus the margin;
+        on cuda (padded) also cuBLAS's workspaces."""
+        run = (self.kv_bytes(ctx, base_bytes) + self.work_bytes(ctx, base_bytes)
+               + self.dequant_bytes(kind, base_bytes) + (CUDA_WORKSPACES if padded else 0))
         weights = self.weights(kind, base_bytes, group, padded)
         return weights + max(run, self.load_bytes(kind, base_bytes)) + margin
 
@@ -140,6 +152,18 @@ def linear_bytes(out: int, inp: int, kind: str, base_bytes: int = 2, group: int 
 
 def _ceil(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def span_limit(ctx: int, largest_chunk: int = BUCKETS[-1]) -> int:
+    """The longest span of the static target: the window plus a padded chunk at its end,
+    rounded up to ALIGN (every span then keeps the alignment attention kernels expect)."""
+    return _ceil(ctx + largest_chunk, ALIGN)
+
+
+def static_slots(ctx: int, largest_chunk: int = BUCKETS[-1]) -> int:
+    """The static K/V buffers' length: ALIGN past the longest span, so every span is a strict
+    prefix (one graph with the span dynamic) and the buffers stay a multiple of ALIGN."""
+    return span_limit(ctx, largest_chunk) + ALIGN
 
 
 def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, ctx: int, dtype_bytes: int = 2) -> int:

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
 
+from models.fit.footprint import ALIGN  # noqa: F401 - every span is a multiple of it
+
 NAME = "duo_span"
-FIRST_SPAN = 256  # the shortest span
+FIRST_SPAN = 256  # the shortest span (a multiple of ALIGN, as the steps after it)
 
 
 def spans(size: int) -> list[int]:

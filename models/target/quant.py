@@ -8,6 +8,7 @@ import logging
 import platform
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -104,17 +105,39 @@ def quantize(model: torch.nn.Module, kind: str, device: str, group: int | None =
     linears = {m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head}
     move = None if torch.device(device).type == "cpu" else device
     config = config_for(kind, device, group or group_size(linears))
-    q.quantize_(model, config, filter_fn=lambda m, fqn: m in linears, device=move)
-    inductor_settings()
+    with process_settings_kept():  # quantize_ sets torchao's inductor settings for good
+        q.quantize_(model, config, filter_fn=lambda m, fqn: m in linears, device=move)
 
 
-def inductor_settings() -> None:
-    """torchao's recommended inductor settings for quantized weights (the int8 matmul fused with
-    its scale, coordinate-descent tuning). quantize_ sets them; a target loaded from the cache
-    must set them too, or its compiled forward runs the int8 matmul unfused."""
+@contextmanager
+def process_settings_kept():
+    """torchao's quantize_ sets process-wide inductor settings (coordinate-descent tuning, the
+    int8 matmul fused with its scale, ...; older versions also float32 matmul precision): the
+    inductor config and the matmul precision are put back as they were after the block, so a
+    later float32 comparison or compile is not changed by an earlier quantized load. The
+    quantized target's own compile asks for them (inductor_options)."""
+    config = torch._inductor.config
+    saved, precision = config.save_config(), torch.get_float32_matmul_precision()
+    try:
+        yield
+    finally:
+        config.load_config(saved)
+        torch.set_float32_matmul_precision(precision)
+
+
+def inductor_options() -> dict:
+    """torchao's recommended inductor settings for quantized weights, as the options of one
+    torch.compile (they apply to that compile only): the names and values its
+    recommended_inductor_config_setter sets, read from it into a scratch config."""
     _torchao()
     from torchao.quantization.utils import recommended_inductor_config_setter
-    recommended_inductor_config_setter()
+
+    config = torch._inductor.config
+    before = config.get_config_copy()
+    with process_settings_kept():
+        recommended_inductor_config_setter()
+        after = config.get_config_copy()
+    return {k: v for k, v in after.items() if before.get(k) != v}
 
 
 def config_for(kind: str, device: str, group: int) -> object:
@@ -257,7 +280,6 @@ def load_quantized(folder: str | Path, kind: str, device: str, dtype: torch.dtyp
     if unexpected or missing:
         raise ValueError(f"{folder}: weights do not match the model (missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]})")
-    inductor_settings()
     return model.to(device).eval()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,10 +21,14 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.pairs.convert import cache_root
-from models.fit.footprint import BUCKETS, PREFILL_CHUNK  # the sizes the memory picker counts
+from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
+                                  span_limit, static_slots)
 from models.target.sampling import device_scores
 from models.target.eager import TorchTarget, _check_chunk
 
+
+
+_COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
 
 
 class StaticTarget(TorchTarget):
@@ -43,7 +48,9 @@ class StaticTarget(TorchTarget):
                                 None)
         self.cache = None
         self._allocate()
-        self._step = _compiled(self._decode, cuda) if compile else self._decode
+        self._step = _compiled(self._decode, cuda, quant) if compile else self._decode
+        if compile:
+            _COMPILED.add(self)
         # compiled on the CPU for torch's thread count now (models/target/choice.py sets it)
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
         if compile:
@@ -53,12 +60,14 @@ class StaticTarget(TorchTarget):
     def _allocate(self) -> None:
         """K/V for every layer at full length, sliding-window ones too (a ring buffer cannot
         roll back; their mask applies the window); the upload buffer and the span keys."""
-        size = self.n_ctx + self.buckets[-1]  # a padded chunk at the window's end still fits
-        # one slot more than the longest span: a span is always a strict prefix of the
-        # buffers, so every span runs the one graph compiled with the span dynamic
-        self._kv = span.attach(self.model, size + 1, self.model.dtype, self.device)
+        # the longest span holds a padded chunk at the window's end; the buffers are ALIGN
+        # slots longer, so a span is always a strict prefix of them and every span runs the
+        # one graph compiled with the span dynamic; all lengths are multiples of ALIGN
+        largest = self.buckets[-1]
+        size, slots = span_limit(self.n_ctx, largest), static_slots(self.n_ctx, largest)
+        self._kv = span.attach(self.model, slots, self.model.dtype, self.device)
         self.spans = span.spans(size)
-        self._keys = torch.arange(size + 1, device=self.device)
+        self._keys = torch.arange(slots, device=self.device)
         torch._dynamo.mark_static_address(self._keys)
         cuda = self.device.startswith("cuda")
         self._host = torch.zeros(1 + self.buckets[-1], dtype=torch.long, pin_memory=cuda)
@@ -95,21 +104,27 @@ class StaticTarget(TorchTarget):
             choice, _ = self._chunk(tokens)
             end = len(tokens)
             return Scores(choice=choice[end - n_rows:end].tolist())
-        logits = self._head(self._hidden(tokens, n_rows))
-        return device_scores(logits, sampling, check, adjust, tokens)
+        return device_scores(self._rows(tokens, n_rows), sampling, check, adjust, tokens)
 
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
         """Append `tokens`; float32 logits of the last n_rows positions, on the device."""
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
-        return self._head(self._hidden(tokens, n_rows))
+        return self._rows(tokens, n_rows)
+
+    def _rows(self, tokens: list[int], n_rows: int) -> torch.Tensor:
+        """float32 logits (n_rows, vocab) of the last n_rows positions: a short chunk's from the
+        head the compiled step already ran (the LM head runs once a round), a long one's from
+        the head over the last hidden rows of the eager prefill."""
+        if len(tokens) <= self.buckets[-1]:
+            _, logits = self._chunk(tokens)
+            rows = logits[len(tokens) - n_rows:len(tokens)]  # a copy: the graph reuses its own
+            return self._capped(rows.to(torch.float32, copy=True))
+        return self._capped(self.model.lm_head(self._hidden(tokens, n_rows)).float())
 
     def _hidden(self, tokens: list[int], n_rows: int) -> torch.Tensor:
-        """Hidden rows (n_rows, dim) of the last n_rows positions: a short chunk through the
-        compiled step, a long one through the eager forward in PREFILL_CHUNK pieces."""
-        if len(tokens) <= self.buckets[-1]:
-            _, hidden = self._chunk(tokens)
-            return hidden[len(tokens) - n_rows:len(tokens)]
+        """Hidden rows (n_rows, dim) of the last n_rows positions of a long chunk: the eager
+        forward in PREFILL_CHUNK pieces."""
         rows = []
         for start in range(0, len(tokens), PREFILL_CHUNK):
             piece = tokens[start:start + PREFILL_CHUNK]
@@ -121,8 +136,9 @@ class StaticTarget(TorchTarget):
 
     # -- the forwards -----------------------------------------------------------------------
     def _chunk(self, piece: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """One padded compiled forward at position n_cached: (argmax per row, hidden rows),
-        both on the device. One host-to-device copy: the position and the ids."""
+        """One padded compiled forward at position n_cached: (argmax per row, logits rows in
+        the model's dtype, before any softcap), both on the device. One host-to-device copy:
+        the position and the ids."""
         size = next(b for b in self.buckets if b >= len(piece))
         n = self.n_cached
         host = self._host
@@ -141,16 +157,15 @@ class StaticTarget(TorchTarget):
             torch.set_num_threads(self.fixed_threads)
         keys = self._keys[:span.span_for(n + size, self.spans)]
         torch._dynamo.maybe_mark_dynamic(keys, 0)
-        choice, hidden = self._step(self._upload, keys, size)
+        choice, logits = self._step(self._upload, keys, size)
         self.cached_ids += piece
-        return choice, hidden  # a CUDA graph's own buffers: read them before the next step
+        return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
     def _decode(self, upload: torch.Tensor, keys: torch.Tensor, size: int):
         ids = upload[1:1 + size].unsqueeze(0)
         pos = upload[0] + torch.arange(size, device=upload.device)
-        hidden = self._forward(ids, pos, keys)
-        logits = self.model.lm_head(hidden)
-        return logits.argmax(dim=-1), hidden  # the softcap keeps the order: argmax as is
+        logits = self.model.lm_head(self._forward(ids, pos, keys))
+        return logits.argmax(dim=-1), logits  # the softcap keeps the order: argmax as is
 
     def _prefill(self, piece: list[int]) -> torch.Tensor:
         """The eager forward of a long piece (no padding, no graph) on the same buffers."""
@@ -168,8 +183,7 @@ class StaticTarget(TorchTarget):
                                duo_keys=keys)
         return out.last_hidden_state[0]
 
-    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.lm_head(hidden).float()
+    def _capped(self, logits: torch.Tensor) -> torch.Tensor:
         cap = self._softcap
         return torch.tanh(logits / cap) * cap if cap else logits
 
@@ -188,16 +202,33 @@ class StaticTarget(TorchTarget):
         return self.warm_up_s
 
     def close(self) -> None:
+        """Free the buffers and weights; the last compiled target to close also drops the
+        compiled code and this thread's CUDA graphs (call it on the thread that ran them)."""
+        was_compiled = self in _COMPILED
+        _COMPILED.discard(self)
         if self.model is not None:
             span.detach(self.model)
         self._step, self._kv = None, []
+        if was_compiled and not _COMPILED:
+            release_compiled()
         super().close()
 
 
-def _compiled(fn, cuda: bool):
+def release_compiled() -> None:
+    """torch.compiler.reset(): dynamo's code cache (a pair switch would otherwise pile entries
+    of `_decode` up toward its cache limit, then run eagerly without a word) and the calling
+    thread's CUDA graph trees with their memory pool (inductor keeps them per thread)."""
+    torch.compiler.reset()
+
+
+def _compiled(fn, cuda: bool, quant: str = "none"):
     """torch.compile of the decode step: the chunk size fixed per graph, the span dynamic
-    (one compile per chunk size; on cuda a CUDA graph per span bucket)."""
+    (one compile per chunk size; on cuda a CUDA graph per span bucket: mode reduce-overhead).
+    A quantized target's compile gets torchao's inductor settings, for this compile only."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")  # kept across starts
-    mode = "reduce-overhead" if cuda else None
+    options = {"triton.cudagraphs": cuda}  # what mode="reduce-overhead" sets
+    if quant != "none":
+        from models.target.quant import inductor_options
+        options.update(inductor_options())
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
-    return torch.compile(fn, mode=mode, fullgraph=True, dynamic=False)
+    return torch.compile(fn, options=options, fullgraph=True, dynamic=False)
