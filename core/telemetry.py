@@ -110,7 +110,9 @@ class Telemetry:
         self.observe(budget, self.round(start, (start, start), vspan, 0, 0), 0, 0, None)
 
     def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> None:
-        """The lookup's continuation verified with the worker idle (no chunk beside it)."""
+        """The lookup's continuation verified with the worker idle (no chunk beside it): a
+        plain round for the model draft (its budget said it cannot pay, or there is none)."""
+        self.stats.plain_rounds += 1
         n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
         rec = self.round(start, (start, start), vspan, n, verdict.accepted)
         self.observe(budget, rec, n, verdict.accepted, None)

@@ -74,6 +74,7 @@ class FailingTarget(FakeTarget):
 
 def run(method, drafter, learned=None, target=None, **kw):
     kw.setdefault("max_new_tokens", 20)
+    kw.setdefault("lookup", "off")  # the chain repeats: lookups would end it before the faults
     cfg = GenConfig(method=method, **kw)
     events = list(generate(target or FakeTarget(chain()), drafter, PROMPT, cfg, decode,
                            fake_profile(), learned=learned))

@@ -18,7 +18,8 @@ def slow_draft_profile() -> Profile:
 
 def run(method, profile, drafter):
     """The budget sees the profile's own times (ScriptedLearned): no clock decides a round."""
-    cfg = GenConfig(method=method, max_new_tokens=40, multi_seq=False)
+    cfg = GenConfig(method=method, max_new_tokens=40, multi_seq=False,  # the model draft's
+                    lookup="off")  # budget (test_lookup_lossless: lookup rounds at gamma 0)
     events = list(generate(FakeTarget(P), drafter, [1, 2], cfg, decode, profile,
                            learned=ScriptedLearned()))
     return [t for e in events for t in e.tokens], events[-1].stats
