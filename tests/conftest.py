@@ -128,15 +128,18 @@ _ORACLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def vanilla_ids(pair, ids: list[int], n: int) -> list[int]:
     """The target-only decoder's greedy ids for `ids` (the oracle), at most `n` new tokens,
-    decoded once per pair and prompt: greedy vanilla makes one token a step, so a shorter
-    run is the prefix of a longer one, and a run that stopped early (eos) stops there at
-    any length."""
+    decoded once per pair and prompt (and kept on disk): greedy vanilla makes one token a
+    step, so a shorter run is the prefix of a longer one, and a run that stopped early (eos)
+    stops there at any length."""
     from core.engine import GenConfig
 
+    from tests import oracle
+
     runs = _ORACLE.setdefault(pair, {})
-    tokens, asked = runs.get(tuple(ids), ([], 0))
+    tokens, asked = runs.get(tuple(ids)) or oracle.load(pair, ids)  # tests/oracle.py: on disk
     if n > asked and len(tokens) == asked:
         events = pair.generate(list(ids), GenConfig(method="vanilla", max_new_tokens=n))
         tokens, asked = [t for e in events for t in e.tokens], n
-        runs[tuple(ids)] = (tokens, asked)
+        oracle.store(pair, ids, tokens, asked)
+    runs[tuple(ids)] = (tokens, asked)
     return tokens[:n]

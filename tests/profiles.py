@@ -65,7 +65,7 @@ def use_fixed_profiles() -> None:
     import models.fit.profiler as profiler
     from models.pairs.catalog import draft_path, get_pair
 
-    os.environ["DUO_CACHE_DIR"] = str(_suite_cache())
+    os.environ["DUO_CACHE_DIR"] = os.environ["DUO_SUITE_CACHE"] = str(_suite_cache())
     measured = profiler.measured
 
     def fixed(file, key, measure, *args, **kwargs):
