@@ -12,12 +12,12 @@ from types import SimpleNamespace
 # each split in each worker, again in every CLI and app process that found the machine
 # quieter than when the profile was stored, and again after online times drifted 2x. No test
 # reads a profile's times for a verdict: the budget's choices only pick among lossless
-# rounds, and the profiler itself is tested on fakes (test_remeasure.py, test_loader.py) and
-# on the real pair by the spot checks (test_target_static.py), which stay timed. Each pair
-# gets one plausible 2-core profile, target forward (1 token, 32 tokens) and draft s/token
-# (docs/results-amd.md: 57 ms for 1 token, 80 for 8, the draft 6.4 ms/token; gemma-smol's
-# head is 262144 wide), near what a 2-core host times: online times 2x off (core/learned.py,
-# WIDE) would start a spot check, and an app or CLI process then a real profile.
+# rounds, and the profiler is tested on fakes (test_remeasure.py, test_loader.py) and on the
+# real pair (a whole profile in test_context.py, spot checks in test_target_static.py), which
+# stay timed. Each pair gets one plausible 2-core profile: target forward of 1 and 32 tokens,
+# draft s/token (docs/results-amd.md: 57 ms for 1 token, 80 for 8, the draft 6.4 ms/token;
+# gemma-smol's head is 262144 wide). Online times 2x off it (core/learned.py, WIDE) start a
+# spot check, and in an app or CLI process the tests start, a real profile.
 FIXED = {"smol-self": (0.060, 0.160, 0.0065), "gemma-smol": (0.100, 0.400, 0.0065)}
 SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
