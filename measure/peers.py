@@ -242,7 +242,8 @@ class Peers:
 
     def _load_llama(self, draft=None):
         """The target's GGUF in llama.cpp (kept as self.llama), or a second copy drafting with
-        `draft` (returned)."""
+        `draft` (returned), with the logits of every row: llama-cpp-python keeps n_batch rows
+        otherwise, and a prompt past them fails once a draft model is set."""
         if self.llama is None or draft is not None:
             import llama_cpp
 
@@ -254,7 +255,8 @@ class Peers:
             with _model_defaults(use_extra_bufts=extra_buffers_safe()):
                 llm = llama_cpp.Llama(model_path=str(path), n_gpu_layers=-1 if gpu else 0,
                                       n_ctx=self.pair.target.n_ctx, n_threads=cores,
-                                      n_threads_batch=cores, verbose=False, draft_model=draft)
+                                      n_threads_batch=cores, verbose=False, draft_model=draft,
+                                      logits_all=draft is not None)
             if draft is not None:
                 return llm
             self.llama = llm

@@ -246,3 +246,18 @@ def test_budget_ceiling_prices_lookup_rounds_and_longer_buckets():
     slow_draft = rows[("| 8", "6")].split(" | ")
     assert slow_draft[4] == "all" and slow_draft[7] == "50% |"  # half the rounds no longer wait
     assert float(slow_draft[6]) > 1.0  # lookup rounds raise the projected rate
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--replay", "--replay-change", "seed"], "--replay-change seed needs --temperature > 0"),
+    (["--replay-change", "twice"], "invalid choice: 'twice'"),
+    (["--ratios", "duo/hf-pld"], "--ratios names methods that do not run: duo/hf-pld"),
+    (["--replay", "--ratios", "duo/vanilla"], "do not run: duo/vanilla"),
+])
+def test_replay_and_ratio_options_are_checked_before_loading(capsys, tmp_path, extra, needle):
+    argv = ["--questions", str(ROOT / "bench" / "copy_prompts.jsonl"), "--methods",
+            "duo,vanilla", "--out", str(tmp_path / "o")] + extra
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
