@@ -40,7 +40,7 @@ def default_pair(request):
         mp.setattr(torch.cuda, "is_available", lambda: False)
         mp.setattr(choice, "cpu_path_times", lambda model_dir, dtype, n_ctx, threads, *a, **k:
                    asked.append(threads) or times)
-        mp.setattr(static, "_compiled", lambda fn, cuda: fn)  # the choice is the subject here
+        mp.setattr(static, "_compiled", lambda fn, *a, **k: fn)  # the choice is the subject here
         mp.setattr(profiler, "pick_draft_threads", lambda name, drafter, cap, *a, **k:
                    {n: s for n, s in DRAFT_TIMES.items() if n <= cap})
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: PROFILE)
