@@ -131,7 +131,7 @@ def test_target_out_of_memory_empties_the_cuda_cache_and_the_pair_goes_on(smol_p
 
     def score(*args):
         calls.append(1)
-        if len(calls) == 2:  # the first verify after the prefill (a long draft may take all)
+        if len(calls) == 1:  # the first forward (the lookup may take all 12 tokens in one)
             smol_pair.target.device = "cuda"  # as if on cuda from here: empty_cache is asked
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_score(*args)
