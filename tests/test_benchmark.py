@@ -199,10 +199,12 @@ def test_lookup_methods_and_the_llamacpp_lookup_peer_tiny(smol_pair):
                 bench.method_config(args, m)) for m in ("duo-nolookup", "lookup",
                                                         "llamacpp-lookup")}
     assert runs["duo-nolookup"][1].lookup == "off" and runs["lookup"][1].method == "lookup"
-    q = [{"id": 1, "category": "reformat", "prompt": "Copy this list exactly, one per line: "
-          "alpha-17, beta-23, gamma-42, delta-58, epsilon-61, zeta-77, eta-89, theta-93."}]
+    q = [x for x in bench.load_questions(str(ROOT / "bench" / "copy_prompts.jsonl"), 0)
+         if x["id"] == 114]  # a second turn revising a written answer, past 512 tokens
+    ids = smol_pair.prompt_ids(q[0]["prompt"])
+    assert len(ids) > 512  # llama-cpp-python's n_batch rows (see measure/peers.py)
     res = bench.run_all(runs, q, False, lambda m: None)
-    oracle = vanilla_ids(smol_pair, smol_pair.prompt_ids(q[0]["prompt"]), 24)
+    oracle = vanilla_ids(smol_pair, ids, 24)
     for m in ("duo-nolookup", "lookup"):
         assert res[m][0]["token_ids"] == oracle, m
     assert res["lookup"][0]["lookup"]["accepted"] > 0
