@@ -132,6 +132,15 @@ def floors(config: dict, kind: str, lengths: list[int], bandwidth: float,
     return {str(n): read_bytes(config, kind, n, base_bytes) / bandwidth for n in lengths}
 
 
+def copy_floors(config: dict, lengths: list[int], bandwidth: float, base_bytes: int = 2) -> dict:
+    """int8's floor (s) when the cast to the base dtype does not fold into the matmul (a chunk
+    of 2+ rows): its int8 bytes, plus a base-dtype copy of every linear weight written and
+    read again."""
+    copies = 2 * model_dims(config).linear_params * base_bytes
+    return {str(n): (read_bytes(config, "int8", n, base_bytes) + copies) / bandwidth
+            for n in lengths}
+
+
 def peak_bytes(target, n_fill: int, chunk: int) -> int | None:
     """Peak cuda memory of filling n_fill tokens and one chunk forward (None on the CPU)."""
     cuda = target.device.startswith("cuda")

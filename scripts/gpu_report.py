@@ -5,7 +5,8 @@ on the same shapes; each part merges into OUT/report.json and OUT/report.md is r
     python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|lookup|all
         [--out DIR] [--models smol-self,llama8b] [--quants none,int8,int4] [--tiny]
 
-Without cuda (or with --tiny) the shapes are tiny: a 2-layer Llama, seconds on a CPU."""
+Without cuda (or with --tiny) the shapes are tiny: a 2-layer Llama, seconds on a CPU.
+long: one function per part, each short; splitting them apart would scatter the report."""
 from __future__ import annotations
 
 import argparse
@@ -123,7 +124,7 @@ def _dtype(s: dict, quant: str) -> str:
 
 
 def part_forward(s: dict, out: Path) -> dict:
-    from measure.gpu_bench import copy_bandwidth, floors, model_config
+    from measure.gpu_bench import copy_bandwidth, copy_floors, floors, model_config
 
     bw = copy_bandwidth(s["device"], s["copy_bytes"])
     res = {"copy_bandwidth_gbs": bw / 1e9, "lengths": s["lengths"], "chunks": s["chunks"],
@@ -131,8 +132,10 @@ def part_forward(s: dict, out: Path) -> dict:
     for which in s["models"]:
         for quant in s["quants"]:
             dtype = _dtype(s, quant)
-            row = {"dtype": dtype, "floor_ms": _ms(floors(model_config(which, dtype), quant,
-                                                          s["lengths"], bw, _bytes(dtype)))}
+            config, b = model_config(which, dtype), _bytes(dtype)
+            row = {"dtype": dtype, "floor_ms": _ms(floors(config, quant, s["lengths"], bw, b))}
+            if quant == "int8":  # where the measured int8 lands: its floor or the copy's
+                row["copy_floor_ms"] = _ms(copy_floors(config, s["lengths"], bw, b))
             for path in s["paths"]:
                 row[path] = _guard(lambda: _forward_one(s, which, quant, dtype, path))
             res["models"].setdefault(which, {})[quant] = row

@@ -47,7 +47,11 @@ def _forward(f: dict, r: dict) -> list[str]:
         for quant, row in quants.items():
             floor = [f"{row['floor_ms'][c.split('@')[1]]:.3f}" for c in cols]
             out.append(f"| {quant} ({row['dtype']}) | floor | " + " | ".join(floor) + " |")
-            for path in (k for k in row if k not in ("dtype", "floor_ms")):
+            if "copy_floor_ms" in row:  # int8 when its cast to bf16 does not fold
+                copy = [f"{row['copy_floor_ms'][c.split('@')[1]]:.3f}" for c in cols]
+                out.append(f"| {quant} | floor with a bf16 weight copy | " + " | ".join(copy)
+                           + " |")
+            for path in (k for k in row if k not in ("dtype", "floor_ms", "copy_floor_ms")):
                 out.append(f"| {quant} | {path} | " + " | ".join(_cells(row[path], cols, row))
                            + " |")
         out.append("")
@@ -206,7 +210,7 @@ def _duo_goal(methods: dict) -> list[str]:
 
 def _floor_goal(fwd: dict) -> list[str]:
     out, model = [], _big(fwd)
-    for q, limit in (("none", 1.5), ("int4", 2.0)):
+    for q, limit in (("none", 1.5), ("int4", 2.0), ("int8", 1.5)):
         row = fwd.get("models", {}).get(model, {}).get(q, {})
         ms = row.get("compiled", {}).get("ms", {})
         ratios = [v / row["floor_ms"][k.split("@")[1]] for k, v in ms.items()
@@ -215,4 +219,16 @@ def _floor_goal(fwd: dict) -> list[str]:
             worst = max(ratios)
             out.append(f"- {model} {q} compiled forward of 1-8 tokens: up to {worst:.2f}x its "
                        f"memory floor (goal {limit}x): {'met' if worst <= limit else 'NOT met'}")
-    return out
+    return out + _int8_verdict(fwd.get("models", {}).get(model, {}))
+
+
+def _int8_verdict(quants: dict) -> list[str]:
+    """The picker's question at 8 rows: is int8 slower than int4 or bf16 on this card?"""
+    at8 = {q: min((v for k, v in row.get("compiled", {}).get("ms", {}).items()
+                   if k.startswith("8@")), default=None) for q, row in quants.items()}
+    if at8.get("int8") is None:
+        return []
+    quicker = [q for q, v in at8.items() if q != "int8" and v is not None and v < at8["int8"]]
+    return [f"- int8 compiled forward of 8 rows: {at8['int8']:.3f} ms; "
+            + (f"slower than {', '.join(quicker)} (the picker should take those where they "
+               "fit: models/fit/memory.py by_speed)" if quicker else "the fastest precision")]

@@ -299,3 +299,19 @@ def test_quantizing_keeps_the_process_wide_settings():
             assert config.get_config_copy() == before  # reading them set nothing
         finally:
             torch.set_float32_matmul_precision(precision)
+
+
+def test_int8_gives_way_to_a_faster_precision_that_fits():
+    """Where int8 is the best that fits, an int4 measured faster on the card is taken instead;
+    without measurements int8 stays, and the reason says what it costs on cuda."""
+    from dataclasses import replace
+
+    dims = pair_dims("llama3.1-8b-1b")
+    budget = card(12)
+    assert pick_quant(dims, 8192, budget).kind == "int8"
+    assert memory.INT8_COST in pick_quant(dims, 8192, budget).reason
+    slow = pick_quant(dims, 8192, replace(budget, speeds={"int8": 9.0, "int4": 6.0}))
+    assert slow.kind == "int4" and "int4 measured faster than int8" in slow.reason
+    quick = pick_quant(dims, 8192, replace(budget, speeds={"int8": 5.0, "int4": 6.0}))
+    assert quick.kind == "int8" and memory.INT8_COST not in quick.reason
+    assert pick_quant(dims, 8192, card(24, "cuda:0")).kind == "none"  # bf16 fits: no question

@@ -99,7 +99,7 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
     if check.coupled:
         return Scores(choice=draw(probs, check.noise.seed, check.base).tolist())
     g, dev = len(check.draft), probs.device
-    draft = torch.tensor(check.draft, dtype=torch.long, device=dev)
+    draft = upload(torch.tensor(check.draft, dtype=torch.long), dev)
     p_draft = probs[:g].gather(1, draft[:, None])[:, 0]
     rows = probs
     if g:
@@ -116,13 +116,21 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
 def _q_rows(q_draft, like: torch.Tensor) -> torch.Tensor:
     """q_draft on the device; a lookup's one-hot rows (QRows) are set there, not sent."""
     if not isinstance(q_draft, QRows):
-        return torch.from_numpy(np.ascontiguousarray(q_draft)).to(like.device).double()
+        return upload(torch.from_numpy(np.ascontiguousarray(q_draft)), like.device).double()
     q = torch.zeros_like(like)
     dense, rows, hot, tokens = q_draft.parts()
     if dense:
-        q[dense] = torch.from_numpy(rows).to(like.device).double()
+        q[dense] = upload(torch.from_numpy(rows), like.device).double()
     q[hot, tokens] = 1.0
     return q
+
+
+def upload(host: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device`: to cuda through pinned memory (torch's caching host allocator
+    reuses the pinned blocks and keeps one until its copy is done), not pageable memory."""
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def draw(rows: torch.Tensor, seed: int, base: int) -> torch.Tensor:
