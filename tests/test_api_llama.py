@@ -175,6 +175,17 @@ def test_native_bad_bodies_are_400_by_name(served, body, param):
     assert native(served, "/completion", {"prompt": "Hi", "n_predict": 1}).status_code == 200
 
 
+@pytest.mark.parametrize("body,param", [
+    ({"input_prefix": 5}, "input_prefix"), ({"input_suffix": ["a"]}, "input_suffix"),
+    ({"input_extra": [{"filename": "a.py", "text": "x = 1"}]}, "input_extra"),
+    ({"input_prefix": "a", "bar": 1}, "bar"), ({"input_prefix": "a", "mirostat": 2}, "mirostat")])
+def test_infill_bad_bodies_are_400_by_name(served, body, param):
+    r = native(served, "/infill", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert native(served, "/completion", {"prompt": "Hi", "n_predict": 1}).status_code == 200
+
+
 def test_infill_on_a_model_without_fim_tokens_is_400_by_name(served):
     r = native(served, "/infill", {"input_prefix": "def f(", "input_suffix": "):", "n_predict": 2})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input_prefix"
