@@ -157,7 +157,7 @@ def markdown(summary: dict, ratio_table: dict | None = None) -> str:
     for m, s in summary.items():
         for cat, st in list(s["categories"].items()) + [("**overall**", s["overall"])]:
             rows.append(f"| {m} | {cat} | {st['tokens_per_s']:.1f} | "
-                        f"{st.get('tokens_per_s_median', 0.0):.1f} | {st.get('speedup', 1.0):.2f}"
+                        f"{st.get('tokens_per_s_median', 0.0):.1f} | {_speedup(st)}"
                         f" | {st['ttft_s']:.3f} | {st['acceptance_rate']:.2f}"
                         f" | {st['mean_accepted_per_round']:.2f} | {st['overlap_efficiency']:.2f}"
                         f" | {_lookup_cell(st)} |")
@@ -168,6 +168,10 @@ def markdown(summary: dict, ratio_table: dict | None = None) -> str:
                         f"and valid JSON; {st.get('identical_to_vanilla', '-')} equal to "
                         "vanilla-json")
     return "\n".join(rows) + ("\n\n" + ratio_markdown(ratio_table) if ratio_table else "")
+
+
+def _speedup(st: dict) -> str:
+    return f"{st['speedup']:.2f}" if "speedup" in st else "—"  # — : no vanilla ran
 
 
 def _lookup_cell(st: dict) -> str:
