@@ -58,11 +58,12 @@ def _stop_app() -> None:
         app.__exit__(None, None, None)
 
 
-# The slowest files first (by their seconds of work in a 2-core run): `make test`
-# hands whole files to two workers in this order, so no long file is left for the end.
-SLOW_FILES = ("test_cross_tokenizer", "test_real_lossless", "test_multi_seq", "test_grammar",
-              "test_sampling_lossless", "test_quant_target", "test_target_static",
-              "test_target_dtype", "test_cli", "test_soak")
+# The slowest files first (by their CPU seconds run alone, 2026-11-25; test_target_static
+# compiles the suite's one compiled target): `make test` hands whole files to two workers in
+# this order, so no long file is left for the end.
+SLOW_FILES = ("test_real_lossless", "test_target_static", "test_cross_tokenizer",
+              "test_multi_seq", "test_grammar", "test_sampling_lossless", "test_quant_target",
+              "test_target_dtype", "test_browser", "test_app", "test_cli", "test_soak")
 
 
 @pytest.hookimpl(trylast=True)
@@ -83,19 +84,6 @@ def pytest_runtest_teardown(item, nextitem):
 def gemma_pair():
     """gemma-smol (different tokenizers), the same reference path, loaded once per session."""
     pair = reference_pair("gemma-smol")
-    yield pair
-    pair.close()
-
-
-@pytest.fixture(scope="session")
-def compiled_pair():
-    """smol-self on the compiled static target, two buckets (each compiles a graph), one per
-    worker for the files that check it (test_grammar.py, test_target_static.py)."""
-    from models.loader import LoadOptions, Pair
-
-    pair = Pair("smol-self", LoadOptions(device="cpu", dtype="float32", target_compile="on",
-                                         target_quant="none", compile_buckets=(4, 16),
-                                         n_ctx=512))
     yield pair
     pair.close()
 

@@ -168,9 +168,9 @@ def test_device_sampled_scores_equal_the_reference(sampling):
 
 
 @pytest.fixture(scope="module")
-def compiled(compiled_pair):
-    """smol-self on the compiled target (conftest: compiled once per worker)."""
-    return compiled_pair
+def compiled(pair_with):
+    """smol-self with the compiled target, two buckets only (each one compiles a graph)."""
+    return pair_with(target_compile="on", compile_buckets=(4, 16), n_ctx=512)
 
 
 def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
@@ -232,3 +232,16 @@ def test_compiled_greedy_identical_to_eager_vanilla(compiled, oracle, method, op
         got, stats = run(compiled, compiled.prompt_ids(prompt), method=method, **options)
         assert got == expected, f"{method} {options} on the compiled target, {prompt!r}"
         assert stats["target_path"] == "static-compiled"
+
+
+def test_grammar_biases_and_penalties_on_the_compiled_target(compiled):
+    """tests/test_grammar.py's cases on the compiled target (compiled once, here): greedy
+    `sps` and `duo` equal the adjusted `vanilla`."""
+    from tests.test_grammar import ADJUSTED, PROMPTS
+    from tests.test_grammar import run as run_adjusted
+
+    for prompt in PROMPTS:
+        want = run_adjusted(compiled, prompt, method="vanilla", **ADJUSTED["everything"])[0]
+        for method in ("sps", "duo"):
+            got = run_adjusted(compiled, prompt, method=method, **ADJUSTED["everything"])[0]
+            assert got == want, f"{method} on the compiled target, {prompt!r}"
