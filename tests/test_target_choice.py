@@ -118,7 +118,7 @@ LLAMA31_8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 3
 
 
 @pytest.mark.parametrize("gib, ctx, why", [(24, 8192, "the default, min(trained window 131072, 8192)"),
-                                           (8, 4898, "what cuda:0 (Fake, 8.0 GiB total) holds in int4"),
+                                           (8, 4704, "what cuda:0 (Fake, 8.0 GiB total) holds in int4"),
                                            (4, 64, "holds in int4")])
 def test_default_window_is_the_trained_capped_at_8192_and_by_memory(monkeypatch, tmp_path, gib, ctx, why):
     import json
