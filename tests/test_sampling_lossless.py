@@ -12,13 +12,17 @@ from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
 from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
 
-V, N_TOKENS, N_SAMPLES = 4, 3, 4000
-# vanilla and sps: 2000 samples. At p < 1e-3 the chi-square detects an effect of
-# w^2 = sum (b - p)^2 / p >= 0.045 with probability >= 0.99; a verifier that draws the
-# recovered token from p instead of norm(max(0, p - q)) has w^2 = 0.17 under sps here (0.40
-# through the translated vocabulary of tests/test_cross_tokenizer.py): power 1.0. duo keeps
-# 4000: the same fault moves its joint far less (w^2 ~ 0.005).
-N_SPS = 2000
+# Samples per case, by a power calculation: the chi-square at alpha 1e-3 on the joint of the
+# first 3 tokens (64 cells; those expected >= 5 kept, the rest pooled: df 30 at t1, 15 at
+# t0.8-k3-p0.9) has power 0.99 for a noncentrality N * w^2 >= 67.8 (df 30), where
+# w^2 = sum (b - p)^2 / p >= 4 TV^2 for any shift b of the law p (Cauchy-Schwarz). N = 2000:
+# every change of the joint by a total variation >= 0.092 (0.083 at t0.8) is caught with
+# power 0.99, for every method. The known faults: a verifier that draws the recovered token
+# from p instead of norm(max(0, p - q)) has w^2 = 0.17 under sps (N >= 400 catch it; 0.40
+# through the translated vocabulary of tests/test_cross_tokenizer.py), ~0.005 under duo
+# (power 0.04 at 2000, 0.17 at the 4000 duo had: neither size is for it).
+V, N_TOKENS, N_SAMPLES = 4, 3, 2000
+N_SPS = N_SAMPLES  # one size for every method (above)
 PROMPT = [0, 1]
 
 
