@@ -79,8 +79,10 @@ def use_fixed_profiles() -> None:
 
     profiler.measured = fixed
     cores = os.cpu_count() or 1
+    drafts = {d for d in (0, 1, 2, 4, 8, 16, 32, cores) if d <= cores}
+    splits = {(d, t) for d in drafts for t in (1, max(1, cores - d), cores)}
     target = SimpleNamespace(device="cpu", dtype="float32", quant="none", path="eager")
     for name in FIXED:  # the product builds the keys: the CLI's and the app's defaults
         drafter = SimpleNamespace(name=draft_path(get_pair(name)).name)
-        for split in ((d, t) for d in range(cores + 1) for t in range(1, cores + 1)):
+        for split in sorted(splits):
             profiler.load_or_measure(name, drafter, target, split)
