@@ -32,9 +32,11 @@ def span_for(end: int, buckets: list[int]) -> int:
     return next(b for b in buckets if b >= end)
 
 
-def attach(model, size: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+def attach(model, size: int, dtype: torch.dtype, device: str, impl: str = NAME,
+           function=None) -> list[torch.Tensor]:
     """Give every attention layer its K/V buffers (1, kv heads, size, head dim) and switch the
-    model to this attention; returns the buffers (static addresses for CUDA graphs)."""
+    model to this attention (or to `function` registered as `impl`: models/target/flex.py);
+    returns the buffers (static addresses for CUDA graphs)."""
     cfg = model.config.get_text_config(decoder=True)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -49,9 +51,9 @@ def attach(model, size: int, dtype: torch.dtype, device: str) -> list[torch.Tens
             buffers.append(buf)
     for buf in buffers:
         torch._dynamo.mark_static_address(buf)
-    AttentionInterface.register(NAME, span_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    model.set_attn_implementation(NAME)
+    AttentionInterface.register(impl, function or span_attention)
+    AttentionMaskInterface.register(impl, sdpa_mask)  # unused: masks() builds them
+    model.set_attn_implementation(impl)
     return buffers
 
 
@@ -86,17 +88,22 @@ def masks(model, pos: torch.Tensor, keys: torch.Tensor):
     return out
 
 
+def write(module, key, value, pos: torch.Tensor, span: int):
+    """Write this chunk's K/V into the layer's buffers at `pos`; the first `span` slots."""
+    k_buf, v_buf = module.duo_k, module.duo_v
+    k_buf.index_copy_(2, pos, key.to(k_buf.dtype))
+    v_buf.index_copy_(2, pos, value.to(v_buf.dtype))
+    return k_buf[:, :, :span], v_buf[:, :, :span]
+
+
 def span_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                    scaling: float | None = None, duo_pos=None, duo_keys=None, **kwargs):
     """Write this chunk's K/V at `duo_pos`, then attend over the first len(duo_keys) slots,
     never repeating K/V per query head: on the CPU SDPA's `enable_gqa`; elsewhere the query
     heads of one K/V head packed side by side (a boolean mask keeps cuda's memory-efficient
     kernel, which takes no grouped heads)."""
-    k_buf, v_buf = module.duo_k, module.duo_v
-    k_buf.index_copy_(2, duo_pos, key.to(k_buf.dtype))
-    v_buf.index_copy_(2, duo_pos, value.to(v_buf.dtype))
+    k, v = write(module, key, value, duo_pos, duo_keys.shape[0])
     span = duo_keys.shape[0]
-    k, v = k_buf[:, :, :span], v_buf[:, :, :span]
     if query.device.type == "cpu":  # its SDPA reads K/V in place with enable_gqa (measured)
         out = F.scaled_dot_product_attention(query, k, v, attn_mask=attention_mask,
                                              scale=scaling, enable_gqa=True)

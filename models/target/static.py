@@ -20,6 +20,7 @@ from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
+from models.target import flex
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
@@ -32,14 +33,19 @@ _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed ye
 
 
 class StaticTarget(TorchTarget):
-    """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one."""
+    """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one,
+    `attention` the packed-SDPA attention ("sdpa") or FlexAttention ("flex")."""
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None):
+                 quant_group: int | None = None, *, model=None, attention: str = "sdpa"):
+        if attention not in flex.CHOICES:  # refused before the weights load
+            flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                          model=model)
+        self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
+        self.attention = attention
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
         self.compiled = compile
@@ -65,7 +71,7 @@ class StaticTarget(TorchTarget):
         # one graph compiled with the span dynamic; all lengths are multiples of ALIGN
         largest = self.buckets[-1]
         size, slots = span_limit(self.n_ctx, largest), static_slots(self.n_ctx, largest)
-        self._kv = span.attach(self.model, slots, self.model.dtype, self.device)
+        self._kv = self._attn.attach(self.model, slots, self.model.dtype, self.device)
         self.spans = span.spans(size)
         self._keys = torch.arange(slots, device=self.device)
         torch._dynamo.mark_static_address(self._keys)
@@ -177,7 +183,7 @@ class StaticTarget(TorchTarget):
         return hidden
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
-        mask = span.masks(self.model, pos, keys)
+        mask = self._attn.masks(self.model, pos, keys)
         out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
                                attention_mask=mask, use_cache=False, duo_pos=pos,
                                duo_keys=keys)
@@ -207,7 +213,7 @@ class StaticTarget(TorchTarget):
         was_compiled = self in _COMPILED
         _COMPILED.discard(self)
         if self.model is not None:
-            span.detach(self.model)
+            self._attn.detach(self.model)
         self._step, self._kv = None, []
         if was_compiled and not _COMPILED:
             release_compiled()

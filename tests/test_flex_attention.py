@@ -1,0 +1,83 @@
+"""The static target's FlexAttention path (models/target/flex.py) against today's packed SDPA
+(models/target/attention.py): same logits within 1e-5 and the same argmax, float32, tiny
+random models (a Llama and a Gemma-3-like one with sliding-window layers)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from measure.gpu_bench import TINY, random_model
+from models.target import flex
+from models.target.static import StaticTarget
+
+REASON = flex.unavailable("cpu")
+needs_flex = pytest.mark.skipif(REASON is not None, reason=f"no FlexAttention: {REASON}")
+# a prefill chunk, then decode steps of 1 and 8 tokens up to and across the 256 -> 384 span
+STEPS = [200, 8, 1, 8, 8, 8, 1, 8, 8, 1, 8, 8]
+
+
+def gemma_like():
+    """A tiny Gemma 3 text model: a sliding-window layer (window 32) then a full one."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                           vocab_size=320, max_position_embeddings=1024, sliding_window=32,
+                           layer_types=["sliding_attention", "full_attention"])
+    return Gemma3ForCausalLM(cfg).to(torch.float32).eval()
+
+
+def llama():
+    return random_model(TINY, "cpu", torch.float32)
+
+
+def target(model, attention: str, compile: bool = False) -> StaticTarget:
+    return StaticTarget("tiny", "cpu", 1024, "float32", compile=compile, buckets=(1, 8),
+                        model=model, attention=attention)
+
+
+def run(t: StaticTarget) -> list[torch.Tensor]:
+    """Logits of every position of every step (float32, on the CPU)."""
+    out, n = [], 0
+    for size in STEPS:
+        ids = [(7 * (n + i)) % 300 + 3 for i in range(size)]
+        out.append(t.logits(ids, size).float().cpu())
+        n += size
+    assert 384 in t.spans and n > 256  # the steps crossed the 256 -> 384 span
+    return out
+
+
+def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert (x - y).abs().max().item() <= 1e-5
+        assert torch.equal(x.argmax(-1), y.argmax(-1))
+
+
+def test_unknown_attention_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown attention 'paged'.*sdpa, flex"):
+        StaticTarget("no-such-dir", "cpu", attention="paged")
+
+
+def test_flex_refuses_a_device_it_cannot_compile_for():
+    assert "mps" in flex.unavailable("mps")
+    with pytest.raises(ValueError, match="attention 'flex' is not available"):
+        flex.module_for("flex", "mps")
+
+
+@needs_flex
+@pytest.mark.parametrize("build", [llama, gemma_like], ids=["llama", "gemma3-sliding"])
+def test_flex_equals_sdpa_eager(build):
+    """The uncompiled static target: prefill and 1/8-token steps across a span crossing."""
+    sdpa, flx = target(build(), "sdpa"), target(build(), "flex")
+    assert_same(run(sdpa), run(flx))
+    sdpa.close(), flx.close()
+
+
+@needs_flex
+def test_compiled_flex_equals_sdpa():
+    """The compiled flex step (inductor's CPU template; chunk sizes 1 and 8) against the
+    eager SDPA path, across a span crossing (the span stays dynamic: no recompile)."""
+    sdpa, flx = target(llama(), "sdpa"), target(llama(), "flex", compile=True)
+    assert_same(run(sdpa), run(flx))
+    sdpa.close(), flx.close()
