@@ -12,6 +12,7 @@ from core.budget import DraftBudget, LookupBands, expected_tokens
 from core.suffix import ContextLookup, Lookup
 
 LOOKUP_MAX = 32  # tokens in one verified draft at most, with a lookup in it (verify buckets)
+PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (bands learn)
 
 
 @dataclass
@@ -25,11 +26,13 @@ class Pick:
 
 class LookupPolicy:
     """A generation's lookup: the index over its context (and the app's memory), the learned
-    pass rate per confidence band, and the mode: `auto` prices every option, `on` takes the
-    lookup whenever it proposes (fused first)."""
+    pass rate per confidence band, and the mode: `auto` prices every option (and tries the
+    lookup after PROBE_EVERY lost rounds, so its bands are measured), `on` takes the lookup
+    whenever it proposes (fused first)."""
 
     def __init__(self, index: ContextLookup, bands: LookupBands, mode: str, sampled: bool):
         self.index, self.bands, self.mode, self.sampled = index, bands, mode, sampled
+        self.lost = 0  # rounds running in which the index proposed and the pricing said no
 
     def extend(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
@@ -49,16 +52,19 @@ class LookupPolicy:
             found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
             return Pick(base.plus(found.tokens, found.conf, self.sampled), source, True)
         model_p = [budget.alpha] * len(model)
-        best, n = self._rate(budget, model_p, beside), 0
-        options = [(best, own)]
+        options = []
         for found, base, source, prior in ((alone, Draft(), "lookup", []),
                                            (fused, model, "fused", model_p)):
             if found:
                 rate, n = self._best_length(budget, prior, found, beside)
-                if n:
-                    draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
-                    options.append((rate, Pick(draft, source, True)))
-        return max(options, key=lambda o: o[0])[1]
+                draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
+                options.append((rate, Pick(draft, source, True)))
+        best = max(options, key=lambda o: o[0])
+        if best[0] > self._rate(budget, model_p, beside) or self.lost >= PROBE_EVERY - 1:
+            self.lost = 0  # won, or a probe: priors that never lose would never be learned
+            return best[1]
+        self.lost += 1
+        return own
 
     def proposal(self, run, pending: list[int], room: int) -> Lookup:
         """The index's continuation of the context + `pending`, at most `room` tokens, cut
