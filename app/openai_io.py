@@ -120,11 +120,12 @@ class Knobs(Strict):
     stream: bool = False
     stream_options: StreamOptions = Field(default_factory=StreamOptions)
     n: int = Field(1, ge=1, le=MAX_N)
-    method: Literal["vanilla", "sps", "duo"] = "duo"
+    method: Literal["vanilla", "sps", "duo", "lookup"] = "duo"
     gamma: int | None = Field(None, ge=1, le=64)
     multi_seq: bool = True
     theta_scale: float = Field(1.0, gt=0, le=100)
     predraft: bool = True  # duo: pre-draft likely rejection outcomes (the cost model decides)
+    lookup: Literal["auto", "on", "off"] = "auto"  # duo, lookup: suffix-index drafts
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
@@ -134,6 +135,15 @@ class Knobs(Strict):
     def logprob_count(self) -> int | None:
         """Alternatives per token to report; None: no logprobs (each endpoint says)."""
         return None
+
+    def lookup_for_method(self) -> str:
+        """`lookup`, refused by name where the method cannot honour it."""
+        if (self.lookup == "on" and self.method not in ("duo", "lookup")
+                or self.method == "lookup" and self.lookup == "off"):
+            raise ApiError(400, f"lookup: '{self.lookup}' does not go with method "
+                                f"'{self.method}' (lookup drafts: duo and lookup; lookup "
+                                "needs them)", param="lookup", code="invalid_value")
+        return self.lookup
 
     def token_bias(self) -> dict[int, float]:
         out = {}
@@ -171,6 +181,7 @@ class Knobs(Strict):
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          predraft=self.predraft, cache_prompt=self.cache_prompt,
+                         lookup=self.lookup_for_method(),
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,
