@@ -9,29 +9,35 @@ from models.target import attention as span
 
 NAME = "duo_flex"
 CHOICES = ("sdpa", "flex")  # StaticTarget's `attention`: today's packed SDPA, or this
-DEVICES = ("cpu", "cuda")   # where torch 2.13 compiles flex_attention (CPU: inductor's template)
+DEVICES = ("cpu", "cuda")   # where flex_attention runs (eagerly: torch's unfused reference)
+# torch 2.13's inductor CPU template compiles flex_attention alone (positions a graph input),
+# but not inside the static target's step, whose positions are computed from the upload buffer
+NO_CPU_COMPILE = ("torch 2.13's inductor CPU FlexAttention template cannot compile the static "
+                  "target's mask: positions computed in the graph fail with NoValidChoicesError "
+                  "(a Pointwise capture), a captured input scalar with a C++ VecMask type error; "
+                  "use attention 'sdpa' or --target-compile off on the CPU")
 
 
-def unavailable(device: str) -> str | None:
-    """Why flex cannot run on `device` with this torch, or None when it can."""
+def unavailable(device: str, compiled: bool = False) -> str | None:
+    """Why flex cannot run on `device` (compiled or eagerly) with this torch, or None."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
     except ImportError as e:
         return f"torch {torch.__version__} has no FlexAttention ({e})"
     kind = torch.device(device).type
     if kind not in DEVICES:
-        return f"FlexAttention is compiled here only on {' and '.join(DEVICES)}, not {kind}"
-    return None
+        return f"FlexAttention runs here only on {' and '.join(DEVICES)}, not {kind}"
+    return NO_CPU_COMPILE if compiled and kind == "cpu" else None
 
 
-def module_for(attention: str, device: str):
+def module_for(attention: str, device: str, compiled: bool = False):
     """The attention module the static target drives: attention.py ("sdpa") or this one
     ("flex"); an unknown name, or flex where it cannot run, is refused by name."""
     if attention not in CHOICES:
         raise ValueError(f"unknown attention {attention!r}: choose one of {', '.join(CHOICES)}")
     if attention == "sdpa":
         return span
-    reason = unavailable(device)
+    reason = unavailable(device, compiled)
     if reason:
         raise ValueError(f"attention 'flex' is not available: {reason}")
     import sys

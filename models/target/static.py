@@ -44,7 +44,7 @@ class StaticTarget(TorchTarget):
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                          model=model)
-        self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
+        self._attn = flex.module_for(attention, self.device, compile)  # "sdpa"/"flex"
         self.attention = attention
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
