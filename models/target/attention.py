@@ -72,10 +72,10 @@ def attention_layers(model) -> list[torch.nn.Module]:
     return layers
 
 
-def masks(model, pos: torch.Tensor, keys: torch.Tensor):
+def masks(model, pos: torch.Tensor, keys: torch.Tensor, start=None):
     """Boolean masks (1, 1, chunk, span): position j is seen by the query at position p when
     j <= p, and, in a sliding-window layer, j > p - window. A dict by layer type when the
-    model mixes layer types (Gemma 3), as its forward expects."""
+    model mixes layer types (Gemma 3), as its forward expects. (`start` is for flex.masks.)"""
     full = (keys[None, :] <= pos[:, None])[None, None]
     cfg = model.config.get_text_config(decoder=True)
     types = set(getattr(cfg, "layer_types", None) or ["full_attention"])

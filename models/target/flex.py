@@ -9,17 +9,11 @@ from models.target import attention as span
 
 NAME = "duo_flex"
 CHOICES = ("sdpa", "flex")  # StaticTarget's `attention`: today's packed SDPA, or this
-DEVICES = ("cpu", "cuda")   # where flex_attention runs (eagerly: torch's unfused reference)
-# torch 2.13's inductor CPU template compiles flex_attention alone (positions a graph input),
-# but not inside the static target's step, whose positions are computed from the upload buffer
-NO_CPU_COMPILE = ("torch 2.13's inductor CPU FlexAttention template cannot compile the static "
-                  "target's mask: positions computed in the graph fail with NoValidChoicesError "
-                  "(a Pointwise capture), a captured input scalar with a C++ VecMask type error; "
-                  "use attention 'sdpa' or --target-compile off on the CPU")
+DEVICES = ("cpu", "cuda")   # where torch 2.13 compiles flex_attention (CPU: inductor's template)
 
 
-def unavailable(device: str, compiled: bool = False) -> str | None:
-    """Why flex cannot run on `device` (compiled or eagerly) with this torch, or None."""
+def unavailable(device: str) -> str | None:
+    """Why flex cannot run on `device` with this torch, or None when it can."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
     except ImportError as e:
@@ -27,17 +21,17 @@ def unavailable(device: str, compiled: bool = False) -> str | None:
     kind = torch.device(device).type
     if kind not in DEVICES:
         return f"FlexAttention runs here only on {' and '.join(DEVICES)}, not {kind}"
-    return NO_CPU_COMPILE if compiled and kind == "cpu" else None
+    return None
 
 
-def module_for(attention: str, device: str, compiled: bool = False):
+def module_for(attention: str, device: str):
     """The attention module the static target drives: attention.py ("sdpa") or this one
     ("flex"); an unknown name, or flex where it cannot run, is refused by name."""
     if attention not in CHOICES:
         raise ValueError(f"unknown attention {attention!r}: choose one of {', '.join(CHOICES)}")
     if attention == "sdpa":
         return span
-    reason = unavailable(device, compiled)
+    reason = unavailable(device)
     if reason:
         raise ValueError(f"attention 'flex' is not available: {reason}")
     import sys
@@ -52,30 +46,37 @@ def attach(model, size: int, dtype: torch.dtype, device: str) -> list[torch.Tens
 detach = span.detach
 
 
-def masks(model, pos: torch.Tensor, keys: torch.Tensor):
+def masks(model, pos: torch.Tensor, keys: torch.Tensor, start: torch.Tensor | None = None):
     """Block masks (1 batch, all heads, chunk, span) from absolute positions: the query at
     position p sees slot j when j <= p (the chunk causal, everything before it), and in a
     sliding-window layer also j > p - window; blocks no query sees are skipped. A dict by
-    layer type when the model mixes layer types (Gemma 3), as attention.masks."""
+    layer type when the model mixes layer types (Gemma 3), as attention.masks. `start[0]` is
+    pos[0]: the compiled step passes its upload buffer (a graph input; see `_block_mask`)."""
     cfg = model.config.get_text_config(decoder=True)
     types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
-    full = _block_mask(pos, keys.shape[0], None)
+    start = pos[:1] if start is None else start
+    full = _block_mask(start, pos.shape[0], keys.shape[0], None)
     if types == {"full_attention"}:
         return full
     out = {t: full for t in types}
     if "sliding_attention" in types:
-        out["sliding_attention"] = _block_mask(pos, keys.shape[0], cfg.sliding_window)
+        out["sliding_attention"] = _block_mask(start, pos.shape[0], keys.shape[0],
+                                               cfg.sliding_window)
     return out
 
 
-def _block_mask(pos: torch.Tensor, span_len: int, window: int | None):
+def _block_mask(start: torch.Tensor, chunk: int, span_len: int, window: int | None):
+    """Query q sits at start[0] + q. Written for torch 2.13's inductor CPU template (measured):
+    it takes a captured graph input, not positions computed in the graph (NoValidChoicesError),
+    and compares in float32 (an int64 compare fails its C++ VecMask types); exact below 2**24."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     def seen(b, h, q, kv):
-        ok = kv <= pos[q]
-        return ok & (kv > pos[q] - window) if window else ok
+        back, first = (kv - q).to(torch.float32), start[0].to(torch.float32)
+        ok = back <= first
+        return ok & (back > first - window) if window else ok
 
-    return create_block_mask(seen, None, None, pos.shape[0], span_len, device=pos.device)
+    return create_block_mask(seen, None, None, chunk, span_len, device=start.device)
 
 
 def flex_span_attention(module, query, key, value, attention_mask, dropout: float = 0.0,

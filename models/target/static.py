@@ -44,7 +44,7 @@ class StaticTarget(TorchTarget):
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                          model=model)
-        self._attn = flex.module_for(attention, self.device, compile)  # "sdpa"/"flex"
+        self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
         self.attention = attention
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
@@ -170,7 +170,7 @@ class StaticTarget(TorchTarget):
     def _decode(self, upload: torch.Tensor, keys: torch.Tensor, size: int):
         ids = upload[1:1 + size].unsqueeze(0)
         pos = upload[0] + torch.arange(size, device=upload.device)
-        logits = self.model.lm_head(self._forward(ids, pos, keys))
+        logits = self.model.lm_head(self._forward(ids, pos, keys, upload))
         return logits.argmax(dim=-1), logits  # the softcap keeps the order: argmax as is
 
     def _prefill(self, piece: list[int]) -> torch.Tensor:
@@ -182,8 +182,9 @@ class StaticTarget(TorchTarget):
         self.cached_ids += piece
         return hidden
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
-        mask = self._attn.masks(self.model, pos, keys)
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor,
+                 start: torch.Tensor | None = None):
+        mask = self._attn.masks(self.model, pos, keys, start)  # start[0] is pos[0]
         out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
                                attention_mask=mask, use_cache=False, duo_pos=pos,
                                duo_keys=keys)
