@@ -3,6 +3,8 @@ a block mask from absolute positions, grouped heads native, fully masked blocks 
 Chosen with StaticTarget(attention="flex"); "sdpa" (attention.py) stays the default."""
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from models.target import attention as span
@@ -34,7 +36,6 @@ def module_for(attention: str, device: str):
     reason = unavailable(device)
     if reason:
         raise ValueError(f"attention 'flex' is not available: {reason}")
-    import sys
     return sys.modules[__name__]
 
 
