@@ -60,9 +60,12 @@ class LookupPolicy:
                 draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
                 options.append((rate, Pick(draft, source, True)))
         best = max(options, key=lambda o: o[0])
-        if best[0] > self._rate(budget, model_p, beside) or self.lost >= PROBE_EVERY - 1:
-            self.lost = 0  # won, or a probe: priors that never lose would never be learned
+        if best[0] > self._rate(budget, model_p, beside):
+            self.lost = 0
             return best[1]
+        if self.lost >= PROBE_EVERY - 1:  # a probe: priors that never lose are never learned
+            self.lost = 0
+            return _probe(options, own)
         self.lost += 1
         return own
 
@@ -96,6 +99,14 @@ class LookupPolicy:
             size = budget.gamma + 1 if probs else budget.empty_chunk()
             t = max(t, budget.draft_s(size))
         return tokens / max(t, 1e-9)
+
+
+def _probe(options: list[tuple[float, Pick]], own: Pick) -> Pick:
+    """The option a probe verifies: the model's chunk extended by the lookup where it has a
+    chunk (a miss then costs only the extension), the lookup alone only in a plain round."""
+    fused = [pick for _, pick in options if pick.source == "fused"]
+    alone = [pick for _, pick in options if pick.source == "lookup"]
+    return fused[0] if fused else (alone[0] if alone and own.source == "plain" else own)
 
 
 def _allowed(run, pending: list[int], tokens: list[int]) -> int:

@@ -234,3 +234,18 @@ def test_gemma_smol_lookup_tokens_need_no_translation(gemma_pair):
     assert [t for e in events for t in e.tokens] == ref
     assert events[-1].stats["lookup"]["accepted"] > 0
     gemma_pair.lookup_memory.clear()
+
+
+def test_a_probe_never_drops_the_model_s_chunk():
+    """A probe (auto, after rounds the lookup lost) extends the model's chunk; the lookup alone
+    is tried only in a plain round, so a probe's miss never costs the chunk drafted beside."""
+    from core.backends import Draft
+    from core.fusion import Pick, _probe
+
+    model, alone, fused = Draft([1, 2]), Draft([7]), Draft([1, 2, 3])
+    own = Pick(model, "model", True)
+    options = [(1.0, Pick(alone, "lookup", True)), (0.5, Pick(fused, "fused", True))]
+    assert _probe(options, own).source == "fused"
+    assert _probe(options[:1], own) is own
+    plain = Pick(Draft(), "plain", True)
+    assert _probe(options[:1], plain).source == "lookup"
