@@ -37,6 +37,8 @@ def _suite_cache() -> Path:
     from models.pairs.convert import cache_root
 
     base = cache_root()
+    if os.environ.get("DUO_SUITE_CACHE") == str(base):  # an xdist worker: the controller
+        base = base.parent  # pointed DUO_CACHE_DIR at the suite's folder already
     suite = base / "test-suite"
     suite.mkdir(parents=True, exist_ok=True)
     for name in SHARED:

@@ -62,7 +62,7 @@ def q8_copy(path: Path, progress=None) -> Path:
         return out
     say(progress, f"making a Q8_0 copy of the draft {path.name} (first load only)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two processes may make it at once
     params = C.llama_model_quantize_default_params()
     params.ftype, params.allow_requantize = C.LLAMA_FTYPE_MOSTLY_Q8_0, True
     params.nthread = os.cpu_count() or 1

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -80,6 +81,6 @@ def say(progress, msg: str) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # writers race
     tmp.write_text(text)
     tmp.replace(path)
