@@ -202,11 +202,7 @@ def main() -> None:
             result = tool_cost(client, args.pair, prompts[:args.limit or None], 128, args.runs)
         finally:
             server.terminate()
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "api_tools.json").write_text(json.dumps(result, indent=1))
-        print(json.dumps({k: v for k, v in result.items() if k != "answers"}, indent=1))
-        return
+        return write(args.out, "api_tools.json", result, "answers")
     try:
         ttft = {"cache": [], "no_cache": []}
         for _ in range(args.reps):  # interleaved
@@ -220,10 +216,15 @@ def main() -> None:
         result["load"] = load(args.port, args.pair, 16, args.load_minutes)
     finally:
         server.terminate()
-    out = Path(args.out)
+    write(args.out, "api.json", result, "ttft")
+
+
+def write(folder: str, name: str, result: dict, bulky: str) -> None:
+    """The result as JSON in `folder`, and printed without its `bulky` part."""
+    out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "api.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k != "ttft"}, indent=1))
+    (out / name).write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != bulky}, indent=1))
 
 
 if __name__ == "__main__":
