@@ -9,6 +9,7 @@ import time
 
 import httpx
 import openai
+import pytest
 
 KEY = "test-key"
 
@@ -68,3 +69,17 @@ class Served:
         self.server.should_exit = True
         if self.host._run.acquire(timeout=120):
             self.host._run.release()
+
+
+@pytest.fixture(scope="module")
+def served(smol_pair):
+    """The session's smol-self pair served for one test module (import it into the module)."""
+    s = Served(smol_pair)
+    yield s
+    s.close()
+
+
+def chat(served: Served, messages: list[dict], max_tokens: int = 24, **kw):
+    """A greedy chat completion through the openai SDK."""
+    return served.client().chat.completions.create(
+        model="smol-self", messages=messages, temperature=0, max_tokens=max_tokens, **kw)

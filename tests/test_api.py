@@ -12,22 +12,15 @@ import openai
 import pytest
 
 from tests.conftest import ROOT
-from tests.live_server import KEY, Served
+from tests import live_server
+from tests.live_server import KEY
+from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 
 HELLO = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def served(smol_pair):
-    s = Served(smol_pair)
-    yield s
-    s.close()
-
-
 def chat(served, messages=HELLO, **kw):
-    kw.setdefault("max_tokens", 24)
-    return served.client().chat.completions.create(model="smol-self", messages=messages,
-                                                   temperature=0, **kw)
+    return live_server.chat(served, messages, **kw)
 
 
 def test_greedy_chat_equals_the_cli_and_duo_equals_vanilla(served):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tests.live_server import Served
+from tests import live_server
+from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -22,17 +23,8 @@ ADD = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def served(smol_pair):
-    s = Served(smol_pair)
-    yield s
-    s.close()
-
-
-def chat(served, messages=ASK, **kw):
-    kw.setdefault("max_tokens", 40)
-    return served.client().chat.completions.create(model="smol-self", messages=messages,
-                                                   temperature=0, **kw)
+def chat(served, messages=ASK, max_tokens=40, **kw):
+    return live_server.chat(served, messages, max_tokens, **kw)
 
 
 def check_call(call, tools) -> dict:

@@ -7,18 +7,11 @@ import json
 
 import pytest
 
-from tests.live_server import Served
+from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 from tests.test_grammar import SCHEMA
 
 ASK = [{"role": "user", "content": "Why is the sky blue? Answer in JSON."}]
 RF = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": SCHEMA}}
-
-
-@pytest.fixture(scope="module")
-def served(smol_pair):
-    s = Served(smol_pair)
-    yield s
-    s.close()
 
 
 def chat(served, method="duo", **kw):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT
-from tests.live_server import Served
+from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 from tests.test_chat_ui import latest as last
 
 CONTROL = "\x00\x07\x1b"
@@ -164,13 +164,6 @@ def test_app_as_a_process_fails_fast_on_one_line():
 
 
 # -- the API -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def served(smol_pair):
-    s = Served(smol_pair)
-    yield s
-    s.close()
-
-
 HELLO = [{"role": "user", "content": "Name a fruit."}]
 GOOD = {"model": "smol-self", "messages": HELLO, "max_tokens": 2, "temperature": 0}
 GOOD_TEXT = {"model": "smol-self", "prompt": "The sky is", "max_tokens": 2, "temperature": 0}

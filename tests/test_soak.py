@@ -7,10 +7,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from core.engine import GenConfig
-from tests.live_server import Served
+from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 
 METHODS = ("vanilla", "sps", "duo")
 
@@ -35,13 +33,6 @@ def python_run(pair, i: int) -> None:
     for _ in pair.generate(ids, GenConfig(method=METHODS[i % 3], max_new_tokens=4,
                                           seed=i, sampling=GenConfig().sampling)):
         pass
-
-
-@pytest.fixture(scope="module")
-def served(smol_pair):
-    s = Served(smol_pair)
-    yield s
-    s.close()
 
 
 def http_run(served, i: int) -> str:
