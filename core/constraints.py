@@ -29,6 +29,10 @@ class Grammar(Protocol):
     def fork(self) -> "Grammar":
         """An independent copy in the same state (for another thread)."""
 
+    # Optional: `free` (a bool property), True once every token, EOS included, is allowed from
+    # here to the end whatever follows (a tool answer committed to plain text). The Adjuster
+    # then stops asking for masks after that prefix (see free_of).
+
 
 @dataclass
 class RowAdjust:
@@ -89,6 +93,7 @@ class Adjuster:
         self.n_prompt, self.grammar, self.logprobs = n_prompt, grammar, logprobs
         self.penalties = penalties if penalties is not None else Penalties()
         self.seen: list[int] = []  # generated tokens the grammar has consumed
+        self.free_after: list[int] | None = None  # a generated prefix the grammar is free after
 
     @property
     def changes_logits(self) -> bool:
@@ -102,23 +107,36 @@ class Adjuster:
     def fork(self, logprobs: int | None = None) -> "Adjuster":
         grammar = self.grammar.fork() if self.grammar is not None else None
         twin = Adjuster(self.n_prompt, grammar, self.penalties, logprobs)
-        twin.seen = list(self.seen)
+        twin.seen, twin.free_after = list(self.seen), self.free_after
         return twin
 
     def rows(self, context: list[int], draft: list[int] = ()) -> Adjustments:
         """Row i adjusts the logits after context + draft[:i] (len(draft) + 1 rows); rows past a
-        token the grammar refuses, or past its end, are unconstrained (never emitted)."""
+        token the grammar refuses, or past its end, are unconstrained (never emitted), and so
+        are rows after a prefix the grammar is free after (no mask is computed there)."""
         generated, draft = list(context[self.n_prompt:]), list(draft)
         counts = Counter(generated) if self.penalties.counted else Counter()
-        self._sync(generated)
+        free = self._free(generated)
+        if not free:
+            self._sync(generated)
+            free = self._now_free(generated)
         out, reachable = [], True
         for i in range(len(draft) + 1):
             if i:
                 counts[draft[i - 1]] += 1
-                reachable = reachable and self._step(draft[i - 1])
+                if reachable and not free:
+                    reachable = self._step(draft[i - 1])
+                    free = reachable and self._now_free(generated + draft[:i])
             ids, values = self.penalties.bias(counts)
-            out.append(RowAdjust(self._mask() if reachable else None, ids, values))
+            mask = self._mask() if reachable and not free else None
+            out.append(RowAdjust(mask, ids, values))
         return Adjustments(out, self.logprobs)
+
+    def for_verify(self, context: list[int], draft: list[int] = ()) -> Adjustments | None:
+        """rows(), or None when they change nothing and no logprobs are asked (the target
+        then takes its plain path, as without an Adjuster)."""
+        adjust = self.rows(context, draft)
+        return adjust if adjust.changes_logits or adjust.logprobs is not None else None
 
     def row(self, context: list[int]) -> RowAdjust | None:
         """The adjustment after `context` alone (a drafter's next step); None when the grammar
@@ -142,6 +160,19 @@ class Adjuster:
         if taken < len(rest):
             raise ValueError(f"the grammar refuses generated token {rest[taken]}")
 
+    def _free(self, generated: list[int]) -> bool:
+        """Whether `generated` extends the prefix the grammar was found free after."""
+        after = self.free_after
+        return after is not None and generated[:len(after)] == after
+
+    def _now_free(self, generated: list[int]) -> bool:
+        """Whether the grammar, just advanced to `generated`, is free from here on (it is
+        then asked nothing more for contexts that extend `generated`)."""
+        if self.grammar is not None and free_of(self.grammar):
+            self.free_after = list(generated)
+            return True
+        return False
+
     def _mask(self) -> np.ndarray | None:
         """The grammar's mask here; None (every token) when it allows none: past its end
         (after EOS), where nothing is emitted."""
@@ -157,6 +188,11 @@ class Adjuster:
             return False
         self.seen.append(token)
         return True
+
+
+def free_of(grammar: Grammar | None) -> bool:
+    """A grammar's optional `free` (False for grammars without it)."""
+    return grammar is not None and bool(getattr(grammar, "free", False))
 
 
 def adjuster(n_prompt: int, grammar: Grammar | None, penalties: Penalties,

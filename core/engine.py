@@ -67,8 +67,9 @@ class Run:
             coupled = cfg.sampler == "coupled"
             check = SampleCheck(draft.tokens, None if coupled else draft.q_draft, self.noise,
                                 len(self.ctx), coupled)
-        adjust = self.adjust and {"adjust": self.adjust.rows(self.ctx, draft.tokens)}
-        scores = self.target.score(new, len(draft) + 1, cfg.sampling, check, **(adjust or {}))
+        adjust = self.adjust and self.adjust.for_verify(self.ctx, draft.tokens)
+        scores = self.target.score(new, len(draft) + 1, cfg.sampling, check,
+                                   **({"adjust": adjust} if adjust else {}))
         if scores.choice is not None:  # greedy, or the coupled sampler's draws
             verdict = verify_greedy(draft.tokens, scores.choice)
         else:

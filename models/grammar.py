@@ -15,21 +15,25 @@ LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator":
 
 
 class LLGrammar:
-    """One llguidance matcher: the core.constraints.Grammar protocol."""
+    """One llguidance matcher: the core.constraints.Grammar protocol. `text_after`: the
+    Release of a tool answer's free plain text (None: the grammar is never free)."""
 
-    def __init__(self, matcher, n_words: int):
-        self.matcher, self.n_words = matcher, n_words
+    def __init__(self, matcher, n_words: int, text_after: "Release | None" = None):
+        self.matcher, self.n_words, self.text_after = matcher, n_words, text_after
+        self.tokens: list[int] = []  # consumed, for `free`
 
     def advance(self, tokens: list[int]) -> int:
         n = self.matcher.validate_tokens(tokens)
         if n and not self.matcher.consume_tokens(tokens[:n]):
             raise RuntimeError(f"grammar: {self.matcher.get_error()}")
+        self.tokens += tokens[:n]
         return n
 
     def rollback(self, n: int) -> None:
         if n and not self.matcher.rollback(n):
             raise RuntimeError(f"grammar: cannot roll back {n} tokens: "
                                f"{self.matcher.get_error()}")
+        del self.tokens[len(self.tokens) - n:]
 
     def mask(self) -> np.ndarray:
         words = np.zeros(self.n_words, dtype=np.uint32)
@@ -37,11 +41,35 @@ class LLGrammar:
         return words
 
     def fork(self) -> "LLGrammar":
-        return LLGrammar(self.matcher.deep_copy(), self.n_words)
+        twin = LLGrammar(self.matcher.deep_copy(), self.n_words, self.text_after)
+        twin.tokens = list(self.tokens)
+        return twin
 
     @property
     def accepting(self) -> bool:
         return self.matcher.is_accepting()
+
+    @property
+    def free(self) -> bool:
+        """Every token, EOS included, allowed from here to the end: the answer has committed
+        to the tool grammar's plain-text branch, which after its start is free text."""
+        return self.text_after is not None and self.text_after.committed(self.tokens) \
+            and self.matcher.is_accepting()
+
+
+class Release:
+    """When a tool answer (`start: text | calls`, calls opening with OPEN, text any non-empty
+    text that does not) is free: once its bytes are not a start of OPEN nor start with it,
+    only the text branch is left and it takes anything (tests/test_grammar.py checks the
+    mask there)."""
+
+    def __init__(self, tokenizer, opening: str = "<tool_call>"):
+        self.tokenizer, self.opening = tokenizer, opening.encode()
+
+    def committed(self, tokens: list[int]) -> bool:
+        head = self.tokenizer.decode_bytes(tokens[:len(self.opening) + 1])
+        return bool(head) and not self.opening.startswith(head) \
+            and not head.startswith(self.opening)
 
 
 class Grammars:
@@ -81,7 +109,10 @@ class Grammars:
         matcher = llguidance.LLMatcher(tok, grammar, log_level=0)
         if matcher.is_error():
             raise ValueError(f"{field}: {matcher.get_error()}")
-        return LLGrammar(matcher, (self.vocab_size + 31) // 32)
+        free_text = (response_format or {}).get("type") == "tool_calls" and not \
+            response_format.get("required") and schema_of(response_format.get("text"))[0] is None
+        return LLGrammar(matcher, (self.vocab_size + 31) // 32,
+                         Release(tok, OPEN) if free_text else None)
 
     @staticmethod
     def _grammar(response_format: dict | None) -> str | None:
@@ -109,7 +140,8 @@ def tool_lark(spec: dict) -> str:
     "parameters"}], "required": bool (no plain text), "parallel": bool (one or more calls),
     "text": a response_format for the plain-text branch or None}. A call is
     `<tool_call>{"name": N, "arguments": {...}}</tool_call>` (a newline may pad the JSON), its
-    arguments matching N's JSON schema; calls are one a line; plain text never holds OPEN."""
+    arguments matching N's JSON schema; calls are one a line; plain text never starts with
+    OPEN and is free after its start (LLGrammar.free: no masks are computed there)."""
     defs: dict = {}
     calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
               "properties": {"name": {"const": t["name"]},
@@ -124,7 +156,7 @@ def tool_lark(spec: dict) -> str:
         return "\n".join(["start: calls", *lines])
     schema, strict = schema_of(spec.get("text"))
     if schema is None:
-        text = "answer: TEXT\nTEXT: /(.|\\n)+/ & ~/(.|\\n)*" + OPEN + "(.|\\n)*/"
+        text = "answer: TEXT\nTEXT: /(.|\\n)+/ & ~/" + OPEN + "(.|\\n)*/"
     else:
         text = "answer: %json " + json.dumps({**schema, "x-guidance": {**LAYOUT,
                                                                        "lenient": not strict}})

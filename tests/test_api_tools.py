@@ -214,8 +214,8 @@ def test_the_tool_grammar(smol_pair):
     n, total, done = advance(smol_pair, auto, "Hello there.")
     assert n == total and done
     assert advance(smol_pair, auto, ADD_CALL + ADD_CALL)[2]
-    n, total, _ = advance(smol_pair, auto, "text " + ADD_CALL)  # no call inside text
-    assert n < total
+    n, total, done = advance(smol_pair, auto, "text " + ADD_CALL)  # text is free after its start
+    assert n == total and done
     n, total, _ = advance(smol_pair, auto, ADD_CALL.replace('{"a": 3}', '{"a": 3, "b": 4}'))
     assert n < total  # the arguments' object is closed to other keys
     assert advance(smol_pair, {**auto, "required": True}, "Hello")[0] == 0
@@ -228,3 +228,32 @@ def test_the_tool_grammar(smol_pair):
     json_text = {**auto, "text": {"type": "json_object"}}
     assert advance(smol_pair, json_text, '{"a": 1}')[2]
     assert advance(smol_pair, json_text, "Hello")[0] == 0
+
+
+def test_a_text_answer_frees_the_grammar_and_a_call_never_does(smol_pair):
+    """tool_choice auto: once the answer's bytes leave `<tool_call>`, the grammar is free: EOS
+    and every token whose bytes can be text are allowed (the same mask as free text), so no
+    more masks are needed; a call, or a start of one, keeps it; required never frees it."""
+    auto = {"type": "tool_calls", "tools": [WEATHER["function"], ADD], "required": False,
+            "parallel": True, "text": None}
+    import llguidance
+
+    from models.grammar import LLGrammar
+    any_text = llguidance.LLMatcher.grammar_from_lark("start: /(.|\\n)*/")
+    free_text = LLGrammar(llguidance.LLMatcher(smol_pair.grammars.tokenizer(), any_text),
+                          len(smol_pair.grammars.compile(auto).mask()))
+    for text, free in (("Sure, {here}", True), ("<", False), ("<tool", False),
+                       ("<tool_call>", False), ('<tool_call>{"name": "add"', False),
+                       ("<b>", True), (" <tool_call>", True)):
+        grammar = smol_pair.grammars.compile(auto)
+        ids = smol_pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert grammar.advance(ids) == len(ids)
+        assert grammar.free == free, text
+        if free:
+            assert (grammar.mask() == free_text.mask()).all(), text
+            eos = sorted(smol_pair.target.eos_ids)[0]
+            assert (int(grammar.mask()[eos >> 5]) >> (eos & 31)) & 1
+    for spec in ({**auto, "required": True}, {**auto, "text": {"type": "json_object"}}):
+        grammar = smol_pair.grammars.compile(spec)
+        grammar.advance(smol_pair.tokenizer("{", add_special_tokens=False)["input_ids"])
+        assert not grammar.free

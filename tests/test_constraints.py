@@ -79,6 +79,55 @@ def test_greedy_equals_the_adjusted_target_alone(method, fields):
     assert got == want and follows_grammar(got)
 
 
+class FreeingGrammar(FakeGrammar):
+    """FakeGrammar until a token other than `hold`, then free (every token allowed), as a
+    tool answer's plain text is once it has left `<tool_call>`."""
+
+    def __init__(self, vocab: int, hold: int = 0):
+        super().__init__(vocab)
+        self.hold = hold
+
+    @property
+    def free(self) -> bool:
+        return any(t != self.hold for t in self.consumed)
+
+    def allowed(self):
+        return np.ones(self.vocab, bool) if self.free else super().allowed()
+
+    def fork(self):
+        twin = FreeingGrammar(self.vocab, self.hold)
+        twin.consumed = list(self.consumed)
+        return twin
+
+
+def test_a_free_grammar_is_asked_no_more_masks_and_a_rollback_asks_again():
+    grammar = FreeingGrammar(V)
+    adjust = Adjuster(2, grammar)
+    rows = adjust.rows(PROMPT, [0, 1, 2]).rows  # 0 holds it; 1 after 0 frees it
+    assert [r.allowed is None for r in rows] == [False, False, True, True]
+    asked = grammar.masks
+    later = adjust.rows(PROMPT + [0, 1, 2, 4], [5, 1])
+    assert all(r.allowed is None for r in later.rows) and grammar.masks == asked
+    assert grammar.consumed == [0, 1]  # never advanced past where it became free
+    assert adjust.for_verify(PROMPT + [0, 1], [3]) is None  # the target's plain path
+    assert adjust.for_verify(PROMPT + [0], [2]) is not None  # before it: masks again
+    assert grammar.masks > asked and grammar.consumed == [0, 2]
+    assert adjust.rows(PROMPT + [0, 1, 3], []).rows[0].allowed is None
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+def test_greedy_equals_the_target_alone_with_a_grammar_that_frees(method):
+    def go(method, hold):
+        cfg = GenConfig(method=method, max_new_tokens=16, gamma=None if method == "vanilla"
+                        else 3, multi_seq=False, presence_penalty=0.3)
+        events = generate(FakeTarget(P_TARGET), FakeDrafter(Q_DRAFT), PROMPT, cfg, decode,
+                          fake_profile(), grammar=FreeingGrammar(V, hold))
+        return [t for ev in events for t in ev.tokens]
+    for hold in range(V):
+        want = go("vanilla", hold)
+        assert go(method, hold) == want
+
+
 def test_bias_and_penalties_change_greedy_output():
     plain, _ = run("vanilla", grammar=False)
     biased, _ = run("vanilla", grammar=False, logit_bias={plain[0]: -100.0})
