@@ -138,11 +138,13 @@ def test_switching_compiled_targets_frees_their_compiled_code():
 
     from measure.gpu_bench import TINY, random_model
     from models.target.static import StaticTarget
+    from tests.test_gpu import CPU_CTX
 
     owner, code = Owner(), StaticTarget._decode.__code__
 
     def load_run_close(seed: int) -> tuple[int, int]:
-        target = StaticTarget("tiny", "cpu", 64, "float32", buckets=(2,),
+        # test_gpu's window and one of its chunk sizes: its kernels in the inductor cache
+        target = StaticTarget("tiny", "cpu", CPU_CTX, "float32", buckets=(1,),
                               model=random_model(TINY, "cpu", torch.float32))
         target.logits([seed, seed + 1], 1)
         compiled = len(_debug_get_cache_entry_list(code))
