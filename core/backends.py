@@ -76,8 +76,20 @@ class Draft:
         conf = None if self.conf is None else self.conf[start:]
         return Draft(self.tokens[start:], q, ranked, origins, conf)
 
+    def head(self, n: int) -> "Draft":
+        q = None if self.q_draft is None else self.q_draft[:n]
+        ranked = None if self.ranked is None else self.ranked[:n]
+        origins = None if self.origins is None else self.origins[:n]
+        conf = None if self.conf is None else self.conf[:n]
+        return Draft(self.tokens[:n], q, ranked, origins, conf)
+
     def sources(self) -> list[str]:
         return self.origins if self.origins is not None else ["draft"] * len(self.tokens)
+
+    def n_model(self) -> int:
+        """The model's tokens before the first lookup token (a fused draft's model part)."""
+        src = self.sources()
+        return src.index("lookup") if "lookup" in src else len(src)
 
     def n_lookup(self) -> int:
         return self.sources().count("lookup")
@@ -128,6 +140,14 @@ class Proposal:
             if d.tokens[:1] == [first]:
                 return d
         return None
+
+    def follow(self, committed: list[int]) -> Draft | None:
+        """The rest of the sequence that starts with `committed` (the tokens the target added
+        after this proposal's context), if one does; `[token]` alone is `branch_for`."""
+        branch = self.branch_for(committed[0]) if committed else None
+        if branch is None or branch.tokens[:len(committed)] != list(committed):
+            return None
+        return branch.tail(len(committed))
 
     def predraft_for(self, accepted: int, token: int) -> Draft | None:
         """The draft to verify next when `accepted` tokens passed and the target put `token`

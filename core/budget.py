@@ -179,15 +179,15 @@ class DraftBudget:
                 "verify_scale": round(self.verify_scale, 3), "profile": self.profile.to_dict()}
 
 
-BAND_EDGES = (0.3, 0.6, 0.8, 0.9)  # lookup confidence bands: <0.3, 0.3-0.6, ..., >=0.9
-BAND_PRIOR = (0.15, 0.4, 0.6, 0.75, 0.85)  # pass rates before any is measured
+BAND_EDGES = (0.3, 0.6, 0.8, 0.9, 0.95)  # lookup confidence bands: <0.3, ..., >=0.95
+BAND_PRIOR = (0.15, 0.4, 0.6, 0.75, 0.85, 0.9)  # pass rates before any is measured
 
 
 class LookupBands:
     """The suffix index's pass rate per confidence band (a token's `Lookup.conf`), learned
     apart from the model draft's alpha: P(token passes | the tokens before it passed)."""
 
-    def __init__(self, alpha: list[float] | None = None, ema: float = 0.2):
+    def __init__(self, alpha: list[float] | None = None, ema: float = 0.1):
         self.alpha = list(alpha) if alpha else list(BAND_PRIOR)
         self.ema = ema
 

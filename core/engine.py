@@ -226,8 +226,9 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     draft; otherwise the chunk is dropped and the next round verifies no draft (one target
     token) while the worker drafts afresh from the verified context. With the lookup
     (core/fusion.py) each round may verify the index's continuation instead, or the chunk
-    extended by it; the worker drafts from ctx + that draft alike, so a miss is a rejection
-    like any other: its chunk is dropped, and the next round asks the index again first."""
+    extended by it. The worker drafts after the model's part only: its chunk is the next
+    draft when it wrote what the target kept past that part (the lookup's tokens that passed
+    and the target's own), so a lookup that misses leaves the model's chunk ready."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
@@ -257,28 +258,31 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             # gamma + 1 after a full draft; after none or a pre-draft, what fits in its verify
             size = budget.gamma + 1 if draft and not short else budget.empty_chunk(
                 pending=len(draft))
-            plan = predraft_plan(run, predraft, budget, draft, branching)
-            job = worker.submit(run.ctx + draft.tokens, run.draft_room(size, len(draft)),
+            model = draft.head(draft.n_model())  # the worker drafts after the model's part
+            plan = predraft_plan(run, predraft, budget, model, branching)
+            job = worker.submit(run.ctx + model.tokens, run.draft_room(size, len(model)),
                                 branching=branching, predraft=plan)
             verdict, vspan = run.verify(draft)
             telemetry.drafting(draft, pick.source if pick else "model" if draft else "plain",
                                bool(pick and pick.offered))
             ev = run.commit(draft, verdict)
             n, passed, short = len(draft), verdict.bonus(len(draft)), False
+            past = draft.tokens[len(model):verdict.accepted] + [verdict.token]
+            reached = verdict.accepted >= len(model) and len(past) <= size and not ev.done
             rejected = not (passed or ev.done)
             pre = rejected and plan is not None and plan.covers(verdict.accepted, verdict.token)
             if pre:  # only the pre-draft is wanted: the main chunk stops
                 job.cancel()
-            chunk = job.result() if pre or (passed and not ev.done) else None
+            chunk = job.result() if pre or reached else None
             if chunk is None or worker.failed:
                 job.cancel()
                 telemetry.chunk_dropped(budget, start, vspan, n, verdict, job)
                 draft = Draft()
-            elif passed:
-                branch = chunk.proposal.branch_for(verdict.token)
+            elif reached:  # the model's part passed: the chunk goes on if it wrote the rest
+                follow = chunk.proposal.follow(past)
                 telemetry.chunk_used(budget, start, vspan, n, verdict, chunk,
-                                     hit=branch is not None)
-                draft = branch.tail(1) if branch else Draft()
+                                     hit=follow is not None)
+                draft = follow or Draft()
             else:
                 draft = chunk.proposal.predraft_for(verdict.accepted, verdict.token) or Draft()
                 short = True

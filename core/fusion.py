@@ -82,23 +82,49 @@ class LookupPolicy:
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
                      beside: bool) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf)
-        rates = [self._rate(budget, prior + probs[:n], beside) for n in range(1, len(probs) + 1)]
+        rates = [self._rate(budget, prior + probs[:n], beside, len(prior))
+                 for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
 
     @staticmethod
-    def _rate(budget: DraftBudget, probs: list[float], beside: bool) -> float:
-        """Expected tokens per second of a round that verifies a draft with these pass rates;
-        with the worker beside, a full pass also leaves the next chunk ready (worth the
-        model's expected accepted tokens of a chunk, when its guess is right)."""
-        tokens, reach = expected_tokens(probs)
+    def _rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int = -1) -> float:
+        """Expected tokens per second of a round that verifies a draft with these pass rates
+        (the first `model_n` the model's, -1: all). With the worker beside, drafting after the
+        model's part, its chunk is the next round's draft when it wrote what the target kept
+        past that part; otherwise the next round starts without one, which costs `_miss_s`
+        (charged to this round: a long draft that seldom passes pays for the empty round)."""
+        tokens, _ = expected_tokens(probs)
         t = budget.verify_s(len(probs) + 1)
         if beside:
-            a, g = budget.alpha, max(budget.gamma, 1)
-            tokens += reach * a * sum(a ** k for k in range(1, g + 1))
             size = budget.gamma + 1 if probs else budget.empty_chunk()
-            t = max(t, budget.draft_s(size))
+            model_n = len(probs) if model_n < 0 else model_n
+            ready = _chunk_ready(probs, model_n, budget.alpha, size)
+            t = max(t, budget.draft_s(size)) + (1 - ready) * _miss_s(budget)
         return tokens / max(t, 1e-9)
+
+
+def _chunk_ready(probs: list[float], model_n: int, alpha: float, size: int) -> float:
+    """The chance that the chunk drafted after the model's part (`size` tokens, each right
+    with the model's `alpha`) goes on past what the round keeps: the model's part passes,
+    then j of the lookup's tokens and the target's own, all of which the chunk wrote."""
+    reach = 1.0
+    for p in probs[:model_n]:
+        reach *= p
+    ready = 0.0
+    for j, p in enumerate(probs[model_n:] + [0.0]):
+        if j + 1 >= size:
+            break
+        ready += reach * (1 - p) * alpha ** (j + 1)
+        reach *= p
+    return ready
+
+
+def _miss_s(budget: DraftBudget) -> float:
+    """The time a round without a ready draft loses: it yields one token in
+    max(verify(1), draft(empty chunk)), where a token takes 1 / rate on average."""
+    plain = max(budget.verify_s(1), budget.draft_s(budget.empty_chunk()))
+    return max(0.0, plain - 1 / max(budget.expected_rate(budget.gamma), 1e-9))
 
 
 def _probe(options: list[tuple[float, Pick]], own: Pick) -> Pick:

@@ -88,7 +88,8 @@ def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
 def test_bands_observe_passes_then_one_failure():
     bands = LookupBands(ema=1.0)
     bands.observe([0.95, 0.95, 0.5, 0.1], accepted=2)
-    assert bands.alpha[4] == 1.0 and bands.alpha[1] == 0.0  # passed; the first rejected
+    top = LookupBands.band(0.95)
+    assert bands.alpha[top] == 1.0 and bands.alpha[1] == 0.0  # passed; the first rejected
     assert bands.alpha[0] == LookupBands().alpha[0]  # after the rejection: not tried
 
 

@@ -1,0 +1,86 @@
+"""The lookup's pricing in a `duo` round (core/fusion.py), with injected timings and pass
+rates: which draft a round verifies, never how long it takes."""
+from __future__ import annotations
+
+from core.backends import Draft
+from core.budget import DraftBudget, LookupBands, Profile
+from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy
+from core.suffix import ContextLookup
+
+# a CPU-like target: a longer chunk costs more (1 token 63 ms, 8 tokens 100, 33 tokens 185)
+VERIFY = [0.063, 0.07, 0.08, 0.086, 0.09, 0.095, 0.098, 0.1] + [0.13] * 8 + [0.185] * 17
+PASSAGE = list(range(100, 160))  # 60 tokens pasted in the prompt
+MODEL_CHUNK = PASSAGE[20:27]  # the model's chunk: what the copy continues with
+
+
+class Run:
+    """What the policy reads of a generation: its context, room and grammar (none)."""
+    adjust = None
+
+    def __init__(self, ctx: list[int]):
+        self.ctx = ctx
+
+    def draft_room(self, gamma: int, ahead: int = 0) -> int:
+        return gamma
+
+
+def budget(alpha: float = 0.97) -> DraftBudget:
+    b = DraftBudget(Profile(draft_token_s=0.0127, verify_s=VERIFY), overlap=True)
+    b.alpha, b.gamma = alpha, 7
+    return b
+
+
+def policy(band_rate: float, mode: str = "auto") -> tuple[LookupPolicy, Run]:
+    ctx = [1, 2, 3] + PASSAGE + [9, 9] + PASSAGE[:20]  # the answer is copying the passage
+    bands = LookupBands([band_rate] * (len(LookupBands().alpha)))
+    return LookupPolicy(ContextLookup(ctx), bands, mode, sampled=False), Run(ctx)
+
+
+def test_a_long_confident_copy_beats_the_models_chunk():
+    pol, run = policy(0.99)
+    pick = pol.pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
+    assert pick.source in ("fused", "lookup")
+    assert pick.draft.tokens == PASSAGE[20:20 + len(pick.draft)]
+    assert len(pick.draft) == LOOKUP_MAX
+
+
+def test_a_copy_that_seldom_passes_leaves_the_models_chunk():
+    pol, run = policy(0.6)
+    model = Draft(list(MODEL_CHUNK))
+    picks = [pol.pick(run, budget(), model, beside=True) for _ in range(PROBE_EVERY)]
+    assert [p.source for p in picks[:-1]] == ["model"] * (PROBE_EVERY - 1)
+    assert all(p.draft is model and p.offered for p in picks[:-1])
+    assert picks[-1].source == "fused"  # the probe: the bands are measured now and then
+
+
+def test_without_a_chunk_a_confident_copy_is_verified_alone():
+    pol, run = policy(0.99)
+    pick = pol.pick(run, budget(), Draft(), beside=True)
+    assert pick.source == "lookup" and pick.draft.tokens == PASSAGE[20:20 + len(pick.draft)]
+    assert len(pick.draft) > 8
+
+
+def test_a_long_draft_pays_for_the_empty_round_it_may_leave():
+    """At pass rate 0.9 a 32-token copy yields more tokens than the model's chunk, but it
+    seldom passes whole and leaves the next round without a draft: the chunk wins."""
+    pol, run = policy(0.9)
+    b = budget()
+    long_copy = [0.9] * 24
+    assert pol._rate(b, [0.97] * 7 + long_copy, beside=True) < pol._rate(b, [0.97] * 7, True)
+    pick = pol.pick(run, b, Draft(list(MODEL_CHUNK)), beside=True)
+    assert len(pick.draft) < LOOKUP_MAX
+
+
+def test_on_takes_the_lookup_whatever_the_price():
+    pol, run = policy(0.1, mode="on")
+    pick = pol.pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
+    assert pick.source == "fused" and len(pick.draft) == LOOKUP_MAX
+
+
+def test_a_copy_a_little_less_sure_than_the_model_still_pays_by_its_length():
+    """Pass rate 0.96 against the model's 0.97: a 32-token verify yields about 17 tokens for
+    less than twice the time of the chunk's 7; the chunk's chance of leaving the next draft
+    ready is priced as the empty round it avoids, not as tokens earned this round."""
+    pol, run = policy(0.96)
+    pick = pol.pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
+    assert pick.source in ("fused", "lookup") and len(pick.draft) > 16
