@@ -66,6 +66,17 @@ def test_fused_rounds_extend_a_model_chunk():
     assert "fused" in kinds and {"draft", "lookup"} <= set(sources)
 
 
+def test_a_lookup_that_misses_leaves_the_models_chunk_ready():
+    """The worker drafts after the model's part of a draft: when a lookup misses, its chunk
+    (the model writing what the target kept) is the next round's draft, not an empty round."""
+    ids, _, stats = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
+    assert ids == run("vanilla")[0]
+    log = stats["rounds_log"]
+    after_miss = [b["source"] for a, b in zip(log, log[1:])
+                  if a["source"] == "lookup" and a["accepted"] < a["drafted"]]
+    assert after_miss and set(after_miss) <= {"model", "fused"}
+
+
 def test_gamma_zero_still_has_lookup_rounds():
     """A draft far from the target: the budget stops drafting (the plain branch), yet the
     index's continuations are still verified."""
