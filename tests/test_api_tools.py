@@ -173,8 +173,10 @@ def test_the_stream_sends_a_call_in_another_layout_whole_at_the_end():
 
 def test_our_prompt_describes_the_tools_and_renders_history():
     p = plan(HISTORY, [WEATHER], None, True, hermes=False, text_format=None)
-    assert p.messages[0]["role"] == "system" and '"name": "get_weather"' in p.messages[0][
-        "content"] and p.template_tools is None
+    system = p.messages[0]["content"]
+    assert p.messages[0]["role"] == "system" and p.template_tools is None
+    schemas = system.split("<tools>\n")[1].split("\n</tools>")[0]
+    assert [json.loads(line) for line in schemas.splitlines()] == [WEATHER["function"]]
     assert p.messages[2]["content"] == ('<tool_call>{"name": "get_weather", "arguments": '
                                         '{"city": "Paris"}}</tool_call>')
     assert p.messages[3] == {"role": "user", "content": '<tool_response name="get_weather">\n'

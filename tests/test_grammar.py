@@ -1,7 +1,7 @@
 """response_format, logit_bias, penalties and logprobs on the real smol-self pair: greedy
 `sps` and `duo` equal the adjusted target alone (`vanilla`) token for token (on the compiled
 static target: tests/test_target_static.py, which compiles it once); a schema's output
-validates and ends with EOS."""
+validates and ends with EOS; a tool answer that starts as text is free after its start."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,9 @@ ADJUSTED = {"schema": {"response_format": RF},
 
 
 def run(pair, prompt, n=48, **kw):
-    events = list(pair.generate(pair.prompt_ids(prompt), GenConfig(max_new_tokens=n, **kw)))
+    ids = prompt if isinstance(prompt, list) and isinstance(prompt[0], int) else \
+        pair.prompt_ids(prompt)
+    events = list(pair.generate(ids, GenConfig(max_new_tokens=n, **kw)))
     tokens = [t for e in events for t in e.tokens]
     return tokens, events[-1].stats, [lp for e in events for lp in (e.logprobs or [])]
 
@@ -90,3 +92,25 @@ def test_different_tokenizers_mask_the_target_alone(gemma_pair):
     assert gemma_pair.decode(want).startswith('{"answer": ')
     for method in ("sps", "duo"):
         assert run(gemma_pair, PROMPTS[0], n=32, method=method, **fields)[0] == want
+
+
+TOOL_AUTO = {"type": "tool_calls", "required": False, "parallel": True, "text": None,
+             "tools": [{"name": "search", "parameters": {
+                 "type": "object", "properties": {"query": {"type": "string"}},
+                 "required": ["query"]}}]}
+
+
+def test_a_text_answer_under_the_tool_grammar_is_free_after_its_start(smol_pair):
+    """tool_choice auto: an answer that starts as text (here C code, with `{` later) is
+    neither cut nor constrained: once it leaves `<tool_call>` the grammar is released, so
+    it is the unconstrained answer token for token, and greedy `duo` and `sps` equal
+    `vanilla` under the grammar."""
+    ids = smol_pair.prompt_ids("Write a C function that returns the sum of two integers.")
+    plain = vanilla_ids(smol_pair, ids, 64)
+    assert "{" in smol_pair.decode(plain[2:])  # a brace after the answer's start
+    want = run(smol_pair, ids, n=64, method="vanilla", response_format=TOOL_AUTO)[0]
+    assert want == plain
+    for method, gamma in (("sps", 4), ("duo", None)):
+        got = run(smol_pair, ids, n=64, method=method, gamma=gamma,
+                  response_format=TOOL_AUTO)[0]
+        assert got == want, method
