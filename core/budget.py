@@ -106,6 +106,13 @@ class DraftBudget:
             fits = int(self.verify_s(pending + 1) / max(self.draft_s(1), 1e-9))
         return max(2, min(gamma + 1, fits))
 
+    def lookup_chunk(self, pending: int) -> int:
+        """Chunk to draft beside a draft with lookup tokens (`pending` in all): what fits in
+        its verify, at least a full chunk, so a lookup that passes only in part still finds
+        the model's chunk going on past it."""
+        fits = int(self.verify_s(pending + 1) / max(self.draft_s(1), 1e-9))
+        return max(self.gamma + 1, min(self.max_gamma + 1, fits))
+
     def balanced_gamma(self) -> int:
         """Largest gamma whose drafting fits inside its verification."""
         fits = [g for g in range(1, self.max_gamma + 1)

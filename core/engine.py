@@ -258,6 +258,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             # gamma + 1 after a full draft; after none or a pre-draft, what fits in its verify
             size = budget.gamma + 1 if draft and not short else budget.empty_chunk(
                 pending=len(draft))
+            size = budget.lookup_chunk(len(draft)) if draft.n_lookup() else size
             model = draft.head(draft.n_model())  # the worker drafts after the model's part
             plan = predraft_plan(run, predraft, budget, model, branching)
             job = worker.submit(run.ctx + model.tokens, run.draft_room(size, len(model)),

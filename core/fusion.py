@@ -97,8 +97,9 @@ class LookupPolicy:
         tokens, _ = expected_tokens(probs)
         t = budget.verify_s(len(probs) + 1)
         if beside:
-            size = budget.gamma + 1 if probs else budget.empty_chunk()
             model_n = len(probs) if model_n < 0 else model_n
+            size = (budget.lookup_chunk(len(probs)) if model_n < len(probs) else
+                    budget.gamma + 1 if probs else budget.empty_chunk())
             ready = _chunk_ready(probs, model_n, budget.alpha, size)
             t = max(t, budget.draft_s(size)) + (1 - ready) * _miss_s(budget)
         return tokens / max(t, 1e-9)

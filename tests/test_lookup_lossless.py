@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from core.backends import Draft, QRows, SampleCheck
+from core.backends import Draft, Proposal, QRows, SampleCheck
 from core.budget import LookupBands
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
@@ -66,15 +66,29 @@ def test_fused_rounds_extend_a_model_chunk():
     assert "fused" in kinds and {"draft", "lookup"} <= set(sources)
 
 
-def test_a_lookup_that_misses_leaves_the_models_chunk_ready():
-    """The worker drafts after the model's part of a draft: when a lookup misses, its chunk
-    (the model writing what the target kept) is the next round's draft, not an empty round."""
-    ids, _, stats = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
+def test_the_models_chunk_goes_on_past_the_lookups_tokens(monkeypatch):
+    """The worker drafts after the model's part of a draft: when the lookup's tokens pass
+    (in part or whole) and the model wrote the same, its chunk is the next round's draft."""
+    calls = []
+    follow = Proposal.follow
+
+    def spy(self, committed):
+        got = follow(self, committed)
+        calls.append((list(committed), got))
+        return got
+    monkeypatch.setattr(Proposal, "follow", spy)
+    ids, _, _ = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
     assert ids == run("vanilla")[0]
-    log = stats["rounds_log"]
-    after_miss = [b["source"] for a, b in zip(log, log[1:])
-                  if a["source"] == "lookup" and a["accepted"] < a["drafted"]]
-    assert after_miss and set(after_miss) <= {"model", "fused"}
+    went_on = [(c, got) for c, got in calls if len(c) > 1 and got is not None]
+    assert went_on and all(got.tokens for _, got in went_on)
+
+
+def test_follow_takes_the_sequence_that_wrote_the_committed_tokens():
+    main, other = Draft([4, 5, 6, 7]), Draft([9, 5, 6])
+    proposal = Proposal(main, [other])
+    assert proposal.follow([4, 5]).tokens == [6, 7]
+    assert proposal.follow([9]).tokens == [5, 6]
+    assert proposal.follow([4, 6]) is None and proposal.follow([8]) is None
 
 
 def test_gamma_zero_still_has_lookup_rounds():
