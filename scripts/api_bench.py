@@ -131,15 +131,16 @@ def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
                     **extra)
                 t = r.model_extra["timings"]
                 rows[label].append({"n": t["predicted_n"], "ms": t["predicted_ms"],
-                                    "ttft_ms": t["ttft_ms"], "calls": len(
-                                        r.choices[0].message.tool_calls or [])})
+                                    "ttft_ms": t["ttft_ms"], "prompt": r.usage.prompt_tokens,
+                                    "calls": len(r.choices[0].message.tool_calls or [])})
 
     def speed(label, decode):
         rs = rows[label]
         n = sum(r["n"] - decode for r in rs)
         return n * 1e3 / sum(r["ms"] - (r["ttft_ms"] if decode else 0) for r in rs)
-    out = {k: {"tokens_per_s": speed(k, 0), "decode_tokens_per_s": speed(k, 1)}
-           for k in rows}
+    out = {k: {"tokens_per_s": speed(k, 0), "decode_tokens_per_s": speed(k, 1),
+               "prompt_tokens": statistics.mean(r["prompt"] for r in rows[k]),
+               "ttft_ms": statistics.mean(r["ttft_ms"] for r in rows[k])} for k in rows}
     out["ratio"] = out["tools"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
     out["decode_ratio"] = (out["tools"]["decode_tokens_per_s"]
                            / out["plain"]["decode_tokens_per_s"])
