@@ -11,7 +11,7 @@ from core.backends import Draft
 from core.budget import DraftBudget, LookupBands, expected_tokens
 from core.suffix import ContextLookup, Lookup
 
-LOOKUP_MAX = 32  # tokens in one verified draft at most, with a lookup in it (verify buckets)
+LOOKUP_MAX = 31  # draft tokens at most with a lookup in it: with the last token, the 32 bucket
 PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (bands learn)
 
 
