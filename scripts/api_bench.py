@@ -2,7 +2,8 @@
 prompt cache, tokens/s through the API against the CLI (scripts/generate.py) on the same
 prompts, 8 clients at once, and 16 clients asking again and again for a few minutes. Starts `app/main.py --no-ui` itself; writes DIR/api.json.
 With --tools, only the tool grammar's cost instead: duo with and without `tools` on every
-project prompt, interleaved, writing DIR/api_tools.json (docs/agents.md).
+project prompt, and with the tools' prompt alone, interleaved, writing DIR/api_tools.json
+(docs/agents.md).
 
     python scripts/api_bench.py --out bench/out/api [--pair smol-self] [--port 7870]
     python scripts/api_bench.py --tools --out bench/out/api [--runs 1] [--limit N]
@@ -23,6 +24,8 @@ import httpx
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from app.tool_prompt import plan  # noqa: E402 - the tool prompt of `prompt_only`
 TURNS = ["Tell me about the history of Paris in a few sentences.",
          "What are three famous museums there?", "Which one should I visit first, and why?",
          "How do I get there from the Eiffel Tower?", "Summarise our conversation."]
@@ -120,19 +123,30 @@ TOOLS = [{"type": "function", "function": {
 def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
     """duo with `tools` (tool_choice auto: the grammar allows text or calls) against duo
     without, each prompt in turn, interleaved; tokens/s over all answers, whole (prompt
-    included: the tools make the prompt longer) and decoding only (after the first token)."""
-    rows = {"plain": [], "tools": []}
+    included: the tools make the prompt longer) and decoding only (after the first token).
+    To tell the grammar's cost from the longer prompt's, a third arm sends the tools' prompt
+    without tools (`prompt_only`: our tool prompt's system part as a system message, no
+    grammar; a pair whose template has no tool syntax, as the default's): `grammar_ratio`
+    is tools against it, on the same prompt, and `same_text` counts the answers both wrote
+    alike (greedy: every text answer, the grammar being released after its start)."""
+    rows: dict = {"plain": [], "tools": [], "prompt_only": []}
+    same = 0
     for _ in range(runs):
         for p in prompts:
-            for label, extra in (("plain", {}), ("tools", {"tools": TOOLS})):
+            user = [{"role": "user", "content": p}]
+            tooled = plan(user, TOOLS, "auto", True, hermes=False, text_format=None).messages
+            texts = {}
+            for label, messages, extra in (("plain", user, {}), ("tools", user, {"tools": TOOLS}),
+                                           ("prompt_only", tooled, {})):
                 r = client.chat.completions.create(
-                    model=pair, messages=[{"role": "user", "content": p}], temperature=0,
-                    max_tokens=max_tokens, extra_body={"method": "duo", "cache_prompt": False},
-                    **extra)
-                t = r.model_extra["timings"]
+                    model=pair, messages=messages, temperature=0, max_tokens=max_tokens,
+                    extra_body={"method": "duo", "cache_prompt": False}, **extra)
+                t, message = r.model_extra["timings"], r.choices[0].message
+                texts[label] = message.content
                 rows[label].append({"n": t["predicted_n"], "ms": t["predicted_ms"],
                                     "ttft_ms": t["ttft_ms"], "prompt": r.usage.prompt_tokens,
-                                    "calls": len(r.choices[0].message.tool_calls or [])})
+                                    "calls": len(message.tool_calls or [])})
+            same += texts["tools"] == texts["prompt_only"]
 
     def speed(label, decode):
         rs = rows[label]
@@ -144,6 +158,9 @@ def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
     out["ratio"] = out["tools"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
     out["decode_ratio"] = (out["tools"]["decode_tokens_per_s"]
                            / out["plain"]["decode_tokens_per_s"])
+    out["grammar_ratio"] = (out["tools"]["tokens_per_s"]
+                            / out["prompt_only"]["tokens_per_s"])
+    out["same_text"] = same
     out["answers_with_calls"] = sum(r["calls"] > 0 for r in rows["tools"])
     return {**out, "answers": rows, "goal": "ratio >= 0.85"}
 
