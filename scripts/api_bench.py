@@ -124,29 +124,34 @@ def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
     """duo with `tools` (tool_choice auto: the grammar allows text or calls) against duo
     without, each prompt in turn, interleaved; tokens/s over all answers, whole (prompt
     included: the tools make the prompt longer) and decoding only (after the first token).
-    To tell the grammar's cost from the longer prompt's, a third arm sends the tools' prompt
-    without tools (`prompt_only`: our tool prompt's system part as a system message, no
-    grammar; a pair whose template has no tool syntax, as the default's): `grammar_ratio`
-    is tools against it, on the same prompt, and `same_text` counts the answers both wrote
-    alike (greedy: every text answer, the grammar being released after its start)."""
-    rows: dict = {"plain": [], "tools": [], "prompt_only": []}
+    To tell the grammar's cost from the longer prompt's, two more arms send the tools' prompt
+    with tools and without (`prompt_only`: our tool prompt's system part as a system
+    message, no grammar; a pair whose template has no tool syntax, as the default's), both
+    with the lookup off (`_nolookup`: the server's lookup remembers earlier answers, so the
+    second of two identical answers would be drafted whole): `grammar_ratio` is the one
+    against the other, and `same_text` counts the answers both wrote alike (greedy: every
+    text answer, the grammar being released after its start)."""
+    rows: dict = {"plain": [], "tools": [], "tools_nolookup": [], "prompt_only_nolookup": []}
+    off = {"lookup": "off"}
     same = 0
     for _ in range(runs):
         for p in prompts:
             user = [{"role": "user", "content": p}]
             tooled = plan(user, TOOLS, "auto", True, hermes=False, text_format=None).messages
             texts = {}
-            for label, messages, extra in (("plain", user, {}), ("tools", user, {"tools": TOOLS}),
-                                           ("prompt_only", tooled, {})):
+            for label, messages, extra, body in (
+                    ("plain", user, {}, {}), ("tools", user, {"tools": TOOLS}, {}),
+                    ("tools_nolookup", user, {"tools": TOOLS}, off),
+                    ("prompt_only_nolookup", tooled, {}, off)):
                 r = client.chat.completions.create(
                     model=pair, messages=messages, temperature=0, max_tokens=max_tokens,
-                    extra_body={"method": "duo", "cache_prompt": False}, **extra)
+                    extra_body={"method": "duo", "cache_prompt": False, **body}, **extra)
                 t, message = r.model_extra["timings"], r.choices[0].message
                 texts[label] = message.content
                 rows[label].append({"n": t["predicted_n"], "ms": t["predicted_ms"],
                                     "ttft_ms": t["ttft_ms"], "prompt": r.usage.prompt_tokens,
                                     "calls": len(message.tool_calls or [])})
-            same += texts["tools"] == texts["prompt_only"]
+            same += texts["tools_nolookup"] == texts["prompt_only_nolookup"]
 
     def speed(label, decode):
         rs = rows[label]
@@ -158,8 +163,8 @@ def tool_cost(client, pair, prompts, max_tokens: int, runs: int) -> dict:
     out["ratio"] = out["tools"]["tokens_per_s"] / out["plain"]["tokens_per_s"]
     out["decode_ratio"] = (out["tools"]["decode_tokens_per_s"]
                            / out["plain"]["decode_tokens_per_s"])
-    out["grammar_ratio"] = (out["tools"]["tokens_per_s"]
-                            / out["prompt_only"]["tokens_per_s"])
+    out["grammar_ratio"] = (out["tools_nolookup"]["tokens_per_s"]
+                            / out["prompt_only_nolookup"]["tokens_per_s"])
     out["same_text"] = same
     out["answers_with_calls"] = sum(r["calls"] > 0 for r in rows["tools"])
     return {**out, "answers": rows, "goal": "ratio >= 0.85"}
