@@ -187,7 +187,7 @@ class DraftBudget:
 
 
 BAND_EDGES = (0.3, 0.6, 0.8, 0.9, 0.95)  # lookup confidence bands: <0.3, ..., >=0.95
-BAND_PRIOR = (0.15, 0.4, 0.6, 0.75, 0.85, 0.9)  # pass rates before any is measured
+BAND_PRIOR = (0.05, 0.2, 0.4, 0.6, 0.8, 0.9)  # pass rates before any is measured
 
 
 class LookupBands:

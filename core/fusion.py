@@ -12,6 +12,7 @@ from core.budget import DraftBudget, LookupBands, expected_tokens
 from core.suffix import ContextLookup, Lookup
 
 LOOKUP_MAX = 31  # draft tokens at most with a lookup in it: with the last token, the 32 bucket
+MARGIN = 0.05  # a lookup must win by this much: smaller priced gains are within its error
 PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (bands learn)
 
 
@@ -60,7 +61,7 @@ class LookupPolicy:
                 draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
                 options.append((rate, Pick(draft, source, True)))
         best = max(options, key=lambda o: o[0])
-        if best[0] > self._rate(budget, model_p, beside):
+        if best[0] > self._rate(budget, model_p, beside) * (1 + MARGIN):
             self.lost = 0
             return best[1]
         if self.lost >= PROBE_EVERY - 1:  # a probe: priors that never lose are never learned

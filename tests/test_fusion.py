@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.backends import Draft
 from core.budget import DraftBudget, LookupBands, Profile
+from core import fusion
 from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy
 from core.suffix import ContextLookup
 
@@ -84,3 +85,13 @@ def test_a_copy_a_little_less_sure_than_the_model_still_pays_by_its_length():
     pol, run = policy(0.96)
     pick = pol.pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
     assert pick.source in ("fused", "lookup") and len(pick.draft) > 16
+
+
+def test_a_lookup_must_win_by_the_margin(monkeypatch):
+    """Priced gains smaller than MARGIN are within the pricing's error: the chunk stays."""
+    pol, run = policy(0.99)
+    model = Draft(list(MODEL_CHUNK))
+    assert pol.pick(run, budget(), model, beside=True).draft is not model
+    monkeypatch.setattr(fusion, "MARGIN", 10.0)
+    pol, run = policy(0.99)
+    assert pol.pick(run, budget(), model, beside=True).draft is model
