@@ -62,7 +62,7 @@ def test_without_a_chunk_a_confident_copy_is_verified_alone():
 
 
 def test_a_long_draft_pays_for_the_empty_round_it_may_leave():
-    """At pass rate 0.9 a 32-token copy yields more tokens than the model's chunk, but it
+    """At pass rate 0.9 a 31-token draft yields more tokens than the model's chunk, but it
     seldom passes whole and leaves the next round without a draft: the chunk wins."""
     pol, run = policy(0.9)
     b = budget()
@@ -79,7 +79,7 @@ def test_on_takes_the_lookup_whatever_the_price():
 
 
 def test_a_copy_a_little_less_sure_than_the_model_still_pays_by_its_length():
-    """Pass rate 0.96 against the model's 0.97: a 32-token verify yields about 17 tokens for
+    """Pass rate 0.96 against the model's 0.97: a 31-token draft yields about 17 tokens for
     less than twice the time of the chunk's 7; the chunk's chance of leaving the next draft
     ready is priced as the empty round it avoids, not as tokens earned this round."""
     pol, run = policy(0.96)
