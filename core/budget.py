@@ -106,6 +106,14 @@ class DraftBudget:
             fits = int(self.verify_s(pending + 1) / max(self.draft_s(1), 1e-9))
         return max(2, min(gamma + 1, fits))
 
+    def chunk_beside(self, pending: int, lookup: bool, short: bool = False) -> int:
+        """Tokens the worker drafts while a draft of `pending` tokens is verified: beside
+        lookup tokens what fits in the verify (lookup_chunk), after a full draft a full chunk,
+        after none or a `short` pre-draft what fits (empty_chunk)."""
+        if lookup:
+            return self.lookup_chunk(pending)
+        return self.gamma + 1 if pending and not short else self.empty_chunk(pending=pending)
+
     def lookup_chunk(self, pending: int) -> int:
         """Chunk to draft beside a draft with lookup tokens (`pending` in all): what fits in
         its verify, at least a full chunk, so a lookup that passes only in part still finds

@@ -255,10 +255,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             pick = run.lookup.pick(run, budget, draft, beside=True) if run.lookup else None
             if pick is not None and pick.draft is not draft:  # the lookup's, or fused
                 draft, short = pick.draft, False
-            # gamma + 1 after a full draft; after none or a pre-draft, what fits in its verify
-            size = budget.gamma + 1 if draft and not short else budget.empty_chunk(
-                pending=len(draft))
-            size = budget.lookup_chunk(len(draft)) if draft.n_lookup() else size
+            size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)
             model = draft.head(draft.n_model())  # the worker drafts after the model's part
             plan = predraft_plan(run, predraft, budget, model, branching)
             job = worker.submit(run.ctx + model.tokens, run.draft_room(size, len(model)),

@@ -52,16 +52,16 @@ class LookupPolicy:
         if self.mode == "on":
             found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
             return Pick(base.plus(found.tokens, found.conf, self.sampled), source, True)
-        model_p = [budget.alpha] * len(model)
+        model_p, miss = [budget.alpha] * len(model), _miss_s(budget)
         options = []
         for found, base, source, prior in ((alone, Draft(), "lookup", []),
                                            (fused, model, "fused", model_p)):
             if found:
-                rate, n = self._best_length(budget, prior, found, beside)
+                rate, n = self._best_length(budget, prior, found, beside, miss)
                 draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
                 options.append((rate, Pick(draft, source, True)))
         best = max(options, key=lambda o: o[0])
-        if best[0] > self._rate(budget, model_p, beside) * (1 + MARGIN):
+        if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
             self.lost = 0
             return best[1]
         if self.lost >= PROBE_EVERY - 1:  # a probe: priors that never lose are never learned
@@ -81,28 +81,30 @@ class LookupPolicy:
         return found
 
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
-                     beside: bool) -> tuple[float, int]:
+                     beside: bool, miss: float) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf)
-        rates = [self._rate(budget, prior + probs[:n], beside, len(prior))
+        rates = [self._rate(budget, prior + probs[:n], beside, len(prior), miss)
                  for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
 
     @staticmethod
-    def _rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int = -1) -> float:
+    def _rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int = -1,
+              miss: float | None = None) -> float:
         """Expected tokens per second of a round that verifies a draft with these pass rates
         (the first `model_n` the model's, -1: all). With the worker beside, drafting after the
         model's part, its chunk is the next round's draft when it wrote what the target kept
         past that part; otherwise the next round starts without one, which costs `_miss_s`
-        (charged to this round: a long draft that seldom passes pays for the empty round)."""
+        (charged to this round: a long draft that seldom passes pays for the empty round);
+        `miss`: _miss_s(budget), when the caller has it."""
         tokens, _ = expected_tokens(probs)
         t = budget.verify_s(len(probs) + 1)
         if beside:
             model_n = len(probs) if model_n < 0 else model_n
-            size = (budget.lookup_chunk(len(probs)) if model_n < len(probs) else
-                    budget.gamma + 1 if probs else budget.empty_chunk())
+            size = budget.chunk_beside(len(probs), model_n < len(probs))
             ready = _chunk_ready(probs, model_n, budget.alpha, size)
-            t = max(t, budget.draft_s(size)) + (1 - ready) * _miss_s(budget)
+            miss = _miss_s(budget) if miss is None else miss
+            t = max(t, budget.draft_s(size)) + (1 - ready) * miss
         return tokens / max(t, 1e-9)
 
 
