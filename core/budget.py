@@ -53,6 +53,7 @@ class DraftBudget:
         self.profile, self.overlap, self.fixed = profile, overlap, fixed
         self.alpha, self.max_gamma, self.ema = alpha, max_gamma, ema
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
+        self.length_scales: dict[int, float] = {}  # per verify length bucket, once measured
         self.reason = ""
         self.since_probe = 0  # plain rounds since a round last drafted (carried on: state())
         self.gamma = fixed if fixed else self._choose()
@@ -62,7 +63,11 @@ class DraftBudget:
         return n * self.profile.draft_token_s * self.draft_scale
 
     def verify_s(self, n: int) -> float:
-        return self.profile.verify(n) * self.verify_scale
+        """The verify of `n` tokens: the profile's time scaled by what verifies of about that
+        length measured (a long chunk beside the drafting thread may slow more than a short
+        one), or by the scale of all lengths until one is measured."""
+        scale = self.length_scales.get(length_bucket(n), self.verify_scale)
+        return self.profile.verify(n) * scale
 
     def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
@@ -163,6 +168,9 @@ class DraftBudget:
             self.draft_scale += self.ema * (ratio - self.draft_scale)
         if verify_n and verify_s > 0:
             ratio = verify_s / self.profile.verify(verify_n)
+            bucket = length_bucket(verify_n)
+            own = self.length_scales.get(bucket, self.verify_scale)
+            self.length_scales[bucket] = own + self.ema * (ratio - own)
             self.verify_scale += self.ema * (ratio - self.verify_scale)
         if not self.fixed:
             self.gamma = self._choose()
@@ -173,8 +181,8 @@ class DraftBudget:
         """What this budget learned: acceptance, timing scales for its profile, and the plain
         rounds since the last probe (so short generations still probe, every PROBE_EVERY)."""
         return {"alpha": self.alpha, "draft_scale": self.draft_scale,
-                "verify_scale": self.verify_scale, "profile": self.profile,
-                "since_probe": self.since_probe}
+                "verify_scale": self.verify_scale, "length_scales": dict(self.length_scales),
+                "profile": self.profile, "since_probe": self.since_probe}
 
     def restore(self, state: dict | None) -> None:
         """Start from an earlier generation's state; its timing scales only when they were
@@ -184,6 +192,7 @@ class DraftBudget:
         self.alpha, self.since_probe = state["alpha"], state.get("since_probe", 0)
         if state["profile"] == self.profile:
             self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
+            self.length_scales = dict(state.get("length_scales", {}))
         if not self.fixed:
             self.gamma = self._choose()
 
@@ -191,7 +200,21 @@ class DraftBudget:
         return {"gamma": self.gamma, "fixed": bool(self.fixed), "reason": self.reason or
                 f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),
                 "draft_scale": round(self.draft_scale, 3),
-                "verify_scale": round(self.verify_scale, 3), "profile": self.profile.to_dict()}
+                "verify_scale": round(self.verify_scale, 3),
+                "length_scales": {bucket_label(b): round(v, 3)
+                                  for b, v in sorted(self.length_scales.items())},
+                "profile": self.profile.to_dict()}
+
+
+def length_bucket(n: int) -> int:
+    """Verify lengths priced alike: 1, 2, 3-4, 5-8, ..., 17-32, 33-64 (the compiled target's
+    chunk sizes are powers of two)."""
+    return (max(1, n) - 1).bit_length()
+
+
+def bucket_label(b: int) -> str:
+    """The lengths of bucket `b`, as text: "1", "2", "3-4", "5-8", ..."""
+    return str(1 << b) if b < 2 else f"{(1 << (b - 1)) + 1}-{1 << b}"
 
 
 BAND_EDGES = (0.3, 0.6, 0.8, 0.9, 0.95)  # lookup confidence bands: <0.3, ..., >=0.95

@@ -65,7 +65,7 @@ class Learned:
         if _close(old.draft_token_s, new.draft_token_s) and _close(old.verify(1), new.verify(1)):
             self.held.add(method)
             return True
-        self.budgets[method].update(draft_scale=1.0, verify_scale=1.0)
+        self.budgets[method].update(draft_scale=1.0, verify_scale=1.0, length_scales={})
         return False
 
 

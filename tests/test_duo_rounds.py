@@ -179,6 +179,23 @@ def test_budget_adapts_to_acceptance_and_times():
     assert b2.gamma < high
 
 
+def test_verify_cost_is_learned_per_length():
+    """Each length bucket (1, 2, 3-4, ..., 17-32) learns its own scale of the profile; a
+    length not yet measured takes the scale of all verifies; a restored state keeps them."""
+    prof = fake_profile(draft_s=0.004, verify_base=0.040, verify_per_token=0.002)
+    b = DraftBudget(prof, overlap=True, alpha=0.9)
+    for _ in range(30):
+        b.observe(4, 4, verify_s=2 * prof.verify(20), verify_n=20)
+        b.observe(1, 1, verify_s=prof.verify(2), verify_n=2)
+    assert b.verify_s(32) == pytest.approx(2 * prof.verify(32), rel=0.01)  # 17-32: measured 2x
+    assert b.verify_s(2) == pytest.approx(prof.verify(2), rel=0.01)
+    assert b.verify_s(6) == pytest.approx(b.verify_scale * prof.verify(6))  # 5-8: not measured
+    assert b.explain()["length_scales"] == {"2": 1.0, "17-32": 2.0}
+    again = DraftBudget(prof, overlap=True)
+    again.restore(b.state())
+    assert again.verify_s(32) == b.verify_s(32) and again.verify_s(2) == b.verify_s(2)
+
+
 def test_sampled_duo_is_reproducible_with_a_seed():
     s = SamplingConfig(1.0)
     P = chain() * 0 + 1.0 / V

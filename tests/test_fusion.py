@@ -95,3 +95,18 @@ def test_a_lookup_must_win_by_the_margin(monkeypatch):
     monkeypatch.setattr(fusion, "MARGIN", 10.0)
     pol, run = policy(0.99)
     assert pol.pick(run, budget(), model, beside=True).draft is model
+
+
+def test_long_verifies_measured_dear_make_the_lookup_shorter():
+    """The verify's cost is learned per length: long verifies measured at 3x the profile
+    (beside the drafting thread, say) while short ones run as profiled price a long copy
+    dearer, and the same confident copy is cut shorter than when all lengths scale alike."""
+    pol, run = policy(0.96)
+    b = budget()
+    for _ in range(20):
+        b.observe(0, 0, verify_s=3 * VERIFY[31], verify_n=32)
+        b.observe(0, 0, verify_s=VERIFY[7], verify_n=8)
+    assert b.verify_s(32) > 2.5 * VERIFY[31] and b.verify_s(8) < 1.1 * VERIFY[7]
+    dear = pol.pick(run, b, Draft(list(MODEL_CHUNK)), beside=True)
+    cheap = policy(0.96)[0].pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
+    assert len(dear.draft) <= 16 < len(cheap.draft)
