@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.pairs.catalog import PairError
-from models.pairs.convert import cache_root, file_hash, say
+from models.pairs.convert import cache_root, file_hash, own_tmp, say
 
 FORMATS = ("original", "q8_0")
 EIGHT_BITS_OR_MORE = {"F32", "F16", "BF16", "Q8_0"}
@@ -62,7 +62,7 @@ def q8_copy(path: Path, progress=None) -> Path:
         return out
     say(progress, f"making a Q8_0 copy of the draft {path.name} (first load only)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two processes may make it at once
+    tmp = own_tmp(out)  # two processes may make it at once
     params = C.llama_model_quantize_default_params()
     params.ftype, params.allow_requantize = C.LLAMA_FTYPE_MOSTLY_Q8_0, True
     params.nthread = os.cpu_count() or 1

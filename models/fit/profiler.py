@@ -18,7 +18,7 @@ import numpy as np
 from core.branching import BranchPolicy
 from core.budget import MAX_GAMMA, Profile
 from core.sampling import PositionRng, SamplingConfig
-from models.pairs.convert import cache_root
+from models.pairs.convert import cache_root, write_atomic
 
 GREEDY = SamplingConfig()
 MAX_SEQS = 4
@@ -101,9 +101,7 @@ def measured(file: str, key: str, measure, remeasure: bool = False, progress=Non
     known = json.loads(path.read_text()) if path.exists() else {}  # another process may have written
     known[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # a reader never sees half a file
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(known, indent=1))
     return entry
 
 

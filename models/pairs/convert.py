@@ -31,7 +31,7 @@ def file_hash(path: Path) -> str:
                 digest.update(block)
         known[key] = digest.hexdigest()
         memo.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(memo, json.dumps(known, indent=1))
+        write_atomic(memo, json.dumps(known, indent=1))
     return known[key]
 
 
@@ -55,7 +55,7 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")  # two processes may convert at once
+    tmp = own_tmp(out)  # two processes may convert at once
     tmp.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
@@ -80,7 +80,13 @@ def say(progress, msg: str) -> None:
         progress(msg)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # writers race
+def own_tmp(path: Path) -> Path:
+    """A name beside `path` that only this process and thread writes (writers may race: each
+    makes its own, then renames it over `path`, so a reader never sees half a file)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = own_tmp(path)
     tmp.write_text(text)
     tmp.replace(path)
