@@ -23,6 +23,7 @@ class Learned:
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
     held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
     lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
+    drift_checks: bool = True  # off: never measured again for a drift (fixed test profiles)
 
     def budget(self, method: str, profile: Profile, overlap: bool,
                fixed: int | None) -> DraftBudget:
@@ -51,7 +52,7 @@ class Learned:
         """The last generation of `method` timed the draft or the target WIDE off its
         profile (the budget's scales), and measuring again has not been tried for it."""
         state = self.budgets.get(method)
-        if not state:
+        if not state or not self.drift_checks:
             return False
         if all(1 / WIDE <= state[k] <= WIDE for k in ("draft_scale", "verify_scale")):
             self.held.discard(method)

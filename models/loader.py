@@ -94,7 +94,9 @@ class Pair:
         self.load_s = time.perf_counter() - t0
         self.grammars = Grammars(self.tokenizer, self.target.vocab_size, self.target.eos_ids)
         self.profile = None
-        self.learned = Learned()  # budget, first-token odds, draft health: across generations
+        # budget, first-token odds, draft health: across generations; DUO_DRIFT_CHECKS=off
+        # (the test suite's processes, whose profiles are fixed: tests/profiles.py)
+        self.learned = Learned(drift_checks=os.environ.get("DUO_DRIFT_CHECKS") != "off")
         # earlier prompts and outputs, for the lookup (the benchmark clears it per measured run)
         self.lookup_memory = SuffixMemory(cap_tokens=LOOKUP_MEMORY_TOKENS)
         self._remeasured: set[tuple[int, int]] = set()

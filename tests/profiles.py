@@ -64,13 +64,17 @@ def _store(path: Path, key: str, value: dict) -> dict:
 
 
 def use_fixed_profiles() -> None:
-    """Point DUO_CACHE_DIR at the suite's folder (the CLI and app processes the tests start
-    inherit it), answer the suite's pairs' profile lookups with the fixed profile, and store
-    it for every thread split here, for those processes."""
+    """Point DUO_CACHE_DIR at the suite's folder and turn drift checks off (the CLI, app and
+    benchmark processes the tests start inherit both), answer the suite's pairs' profile
+    lookups with the fixed profile, and store it for every thread split here, for them."""
     import models.fit.profiler as profiler
     from models.pairs.catalog import draft_path, get_pair
 
     os.environ["DUO_CACHE_DIR"] = os.environ["DUO_SUITE_CACHE"] = str(_suite_cache())
+    # and no drift checks there: online times 2x off a fixed profile (any busy machine) made
+    # every app, CLI and benchmark process time a whole profile, 30 CPU seconds for smol-self
+    # (tests/conftest.py, no_drift_checks: why none of that can change a test's verdict)
+    os.environ["DUO_DRIFT_CHECKS"] = "off"
     measured = profiler.measured
 
     def fixed(file, key, measure, *args, **kwargs):

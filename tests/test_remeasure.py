@@ -119,6 +119,14 @@ def test_online_times_far_off_the_profile_ask_for_one_new_measurement():
     assert not learned.drifted("duo") and "duo" not in learned.held
 
 
+def test_drift_checks_off_never_measure_again():
+    """Learned(drift_checks=False), a Pair's under DUO_DRIFT_CHECKS=off (the suite's app, CLI
+    and benchmark processes: tests/profiles.py): times far off the profile ask for nothing."""
+    learned = Learned(drift_checks=False)
+    learned.budgets["duo"] = budget_state(draft_scale=0.3)
+    assert not learned.drifted("duo")
+
+
 def test_plain_decoding_probes_across_short_generations():
     """A server that fell back to plain decoding under load drafts again within PROBE_EVERY
     rounds, counted across generations of 3 rounds each (injected times, no clock)."""
