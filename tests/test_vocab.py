@@ -3,6 +3,8 @@
 BPE, 'Ġ', 49k, in llama.cpp) as draft."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -26,8 +28,6 @@ TEXTS = {
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     """(tokenizer, drafter, vocab, cache dir): built once into a fresh cache directory."""
-    import os
-
     from transformers import AutoTokenizer
 
     from models.pairs.catalog import draft_path, get_pair, target_source
@@ -345,7 +345,10 @@ def test_same_vocabulary_from_hf_and_llama_cpp_is_identity(real, tmp_path, monke
     from models.pairs.vocab_build import build_vocab, hf_side, llama_side
 
     _, drafter, _, _ = real
-    smol = AutoTokenizer.from_pretrained(str(converted_dir(target_source(get_pair("smol-self"))[1])))
+    with monkeypatch.context() as m:  # SmolLM2 converted once, in the suite's cache (in
+        m.setenv("DUO_CACHE_DIR", os.environ["DUO_SUITE_CACHE"])  # `real`'s fresh one: 20 s)
+        smol = AutoTokenizer.from_pretrained(
+            str(converted_dir(target_source(get_pair("smol-self"))[1])))
     assert hf_side(smol, 49152, {2}).pieces == llama_side(drafter).pieces
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     assert isinstance(build_vocab(drafter, smol, 49152, {2}), IdentityVocab)
