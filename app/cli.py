@@ -16,6 +16,7 @@ from models.target.choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 DRAFT_FORMATS = ("original", "q8_0")
+DRAFT_PREFILLS = ("auto", "copy", "own")
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,11 +62,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-format", default="original",
                    help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
                         "smaller draft: faster prefill, for long prompts)")
+    p.add_argument("--draft-prefill", default=os.environ.get("DUO_DRAFT_PREFILL", "auto"),
+                   help=f"the draft's prompt prefill: {', '.join(DRAFT_PREFILLS)} (auto: on "
+                        "the draft's Q8_0 copy, its cache then moved into the draft, where "
+                        "that measured faster here; default from DUO_DRAFT_PREFILL)")
 
 
 def load_options(args):
     for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
                                ("--draft-format", args.draft_format, DRAFT_FORMATS),
+                               ("--draft-prefill", args.draft_prefill, DRAFT_PREFILLS),
                                ("--target-compile", args.target_compile, COMPILE_CHOICES),
                                ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
@@ -75,7 +81,8 @@ def load_options(args):
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_format=args.draft_format, target_compile=args.target_compile,
+                       draft_format=args.draft_format, draft_prefill=args.draft_prefill,
+                       target_compile=args.target_compile,
                        target_quant=args.target_quant, n_ctx=args.ctx_size)
 
 

@@ -31,6 +31,7 @@ class LoadOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
+    draft_prefill: str = "auto"  # prompt prefill: auto (the Q8_0 copy where faster), copy, own
     n_ctx: int | None = None  # None: the trained window, capped by memory (--ctx-size)
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster for duo), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
@@ -88,6 +89,7 @@ class Pair:
             self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
                                         n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
             self.drafter.vocab = self._vocab()
+            self.drafter.prefill, self.prefill_choice = self._prefill(draft_gguf, say)
         except BaseException:
             self.close()
             raise
@@ -251,13 +253,29 @@ class Pair:
                 ev.stats["target_path"] = self.target.path
                 ev.stats["target_quant"] = self.target.quant
                 ev.stats["draft_format"] = self.draft_format.to_dict()
+                ev.stats["draft_prefill"] = self.prefill_choice.to_dict()
             yield ev
+
+    def _prefill(self, draft_gguf: Path, say):
+        """The draft's prompt prefill: on its Q8_0 copy where that is faster here (timed once
+        per machine, draft file and core count; models/draft/prefill.py)."""
+        from models.draft.prefill import cache_key, pick_prefill
+        from models.fit.profiler import measured
+
+        cores = max(1, self.opts.cores)
+        key = cache_key(draft_gguf.name, cores)
+
+        def timed(measure):
+            return measured("draft_prefill.json", key, measure, self.opts.remeasure, say,
+                            "timing the draft's prompt prefill (the file, its Q8_0 copy)")["value"]
+        return pick_prefill(self.drafter, draft_gguf, self.opts.draft_prefill, cores, timed, say)
 
     def describe(self) -> dict:
         """The placement line's two halves, for the app."""
         duo = self.threads("duo")
         fmt = self.draft_format
-        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind})",
+        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind}), prompt "
+                         f"prefill: {self.prefill_choice.reason}",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
                           f"{self.target.path} ({self.target.compile_choice})"}

@@ -50,6 +50,7 @@ class LlamaDrafter:
         self.branches: dict[int, list[int]] = {}  # seq id -> its draft ids after its base
         self.branch_base: dict[int, int] = {}  # seq id -> the prefix it shares with seq 0
         self.vocab = None  # set by the loader (core/align.py: IdentityVocab or MappedVocab)
+        self.prefill = None  # a CopyPrefill (models/draft/prefill.py) for long prompts, or none
 
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
@@ -230,6 +231,8 @@ class LlamaDrafter:
         """Returns the previous count."""
         prev, self.n_threads = self.n_threads, n
         C.llama_set_n_threads(self.ctx.ctx, n, n)
+        if self.prefill is not None:
+            self.prefill.set_threads(n)
         return prev
 
     # -- internals ------------------------------------------------------------------------
@@ -252,6 +255,9 @@ class LlamaDrafter:
         lcp = common_prefix(self.tokens, ids)
         self.rollback(min(lcp, len(ids) - 1))
         rest = ids[len(self.tokens):]
+        if self.prefill is not None and len(rest) > self.prefill.min_tokens:  # all but the last
+            self.prefill.fill(self, ids[:-1])
+            rest = ids[len(self.tokens):]
         for start in range(0, len(rest), self.n_batch):
             chunk = rest[start:start + self.n_batch]
             self._fill([(t, 0) for t in chunk], last_only=True)
@@ -302,6 +308,9 @@ class LlamaDrafter:
         return self.model.tokenize(text.encode("utf-8"), False, special)
 
     def close(self) -> None:
+        if self.prefill is not None:
+            self.prefill.close()
+            self.prefill = None
         if self.batch is not None:
             C.llama_batch_free(self.batch)
             self.batch = None

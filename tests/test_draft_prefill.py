@@ -1,0 +1,92 @@
+"""The draft's prompt prefill on its Q8_0 copy (models/draft/prefill.py): the cache moved into
+the draft holds the prompt, the draft proposes from it much as from its own prefill, the
+choice follows the timing, and the output stays the target's (greedy, against the oracle)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.engine import GenConfig
+from models.draft.format import q8_copy
+from models.draft.llama import LlamaDrafter
+from models.draft.prefill import MIN_TOKENS, CopyPrefill, pick_prefill
+from models.pairs.catalog import draft_path, get_pair
+
+PASSAGE = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying "
+           "a lantern, a notebook and a flask of tea. From the gallery he watched the ships "
+           "pass the reef, wrote down their names and the hour, and trimmed the wick so the "
+           "beam would reach the far side of the bay. ")
+LONG = f"Copy this text exactly:\n\n{PASSAGE * 2}\nThe copy:\n\n"
+
+
+@pytest.fixture(scope="module")
+def q4_path():
+    return draft_path(get_pair("smol-self"))
+
+
+def greedy(drafter: LlamaDrafter, ids: list[int], n: int) -> list[int]:
+    out, ctx = [], list(ids)
+    for _ in range(n):
+        tok = int(np.argmax(drafter._sync(ctx)))
+        out.append(tok)
+        ctx.append(tok)
+    return out
+
+
+def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(q4_path):
+    own = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
+    moved = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
+    moved.prefill = CopyPrefill(q8_copy(q4_path), 1024)
+    try:
+        ids = own.tokenize(LONG)
+        assert len(ids) > MIN_TOKENS + 1
+        ref, got = greedy(own, ids, 16), greedy(moved, ids, 16)
+        assert moved.prefill.copy.tokens == ids[:-1]  # the copy evaluated the prompt
+        assert moved.tokens[:len(ids)] == ids  # the draft holds it, then its own drafts
+        assert sum(a == b for a, b in zip(ref, got)) >= 12, (ref, got)
+        moved.rollback(len(ids) - 3)  # a short catch-up stays on the draft itself
+        greedy(moved, ids, 1)
+        assert moved.prefill.copy.tokens == ids[:-1]
+    finally:
+        own.close()
+        moved.close()
+
+
+def test_auto_takes_the_copy_only_where_it_measured_faster(q4_path):
+    drafter = LlamaDrafter(q4_path, n_threads=1, n_ctx=512)
+    try:
+        faster = pick_prefill(drafter, q4_path, "auto", 2, lambda m: {"own": 2.0, "copy": 1.0})
+        assert isinstance(faster[0], CopyPrefill) and faster[1].kind == "copy"
+        assert "2.0x" in faster[1].reason
+        faster[0].close()
+        alike = pick_prefill(drafter, q4_path, "auto", 2, lambda m: {"own": 1.1, "copy": 1.0})
+        assert alike[0] is None and alike[1].kind == "own"
+        assert pick_prefill(drafter, q4_path, "own", 2, None)[0] is None
+        forced = pick_prefill(drafter, q4_path, "copy", 2, None)
+        assert isinstance(forced[0], CopyPrefill)
+        forced[0].close()
+        eight = pick_prefill(drafter, q8_copy(q4_path), "copy", 2, None)
+        assert eight[0] is None and "Q8_0" in eight[1].reason  # no faster copy of a Q8_0 file
+        with pytest.raises(ValueError, match="draft prefill 'fast'"):
+            pick_prefill(drafter, q4_path, "fast", 2, None)
+    finally:
+        drafter.close()
+
+
+@pytest.mark.parametrize("method", ["sps", "duo"])
+def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method):
+    """The suite's timing says the copy is faster (tests/profiles.py), as on its machines:
+    the default pair prefills long prompts on it, and the output is vanilla's."""
+    from tests.conftest import vanilla_ids
+
+    assert smol_pair.prefill_choice.kind == "copy"
+    ids = smol_pair.prompt_ids(LONG)
+    expected = vanilla_ids(smol_pair, ids, 24)
+    smol_pair.lookup_memory.clear()
+    events = list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=24,
+                                                    lookup="off", cache_prompt=False)))
+    assert [t for e in events for t in e.tokens] == expected
+    copied = smol_pair.drafter.prefill.copy.tokens  # duo: after the target's first token too
+    assert copied[:len(ids) - 1] == ids[:-1] and len(copied) <= len(ids)  # the prompt
+    stats = events[-1].stats
+    assert stats["draft_prefill"]["kind"] == "copy" and stats["accepted"] > 0
