@@ -208,6 +208,7 @@ N = 24
 
 
 def run(pair, ids, **kw):
+    pair.lookup_memory.clear()  # an earlier case's answer must not draft this one: the model does
     events = list(pair.generate(ids, GenConfig(max_new_tokens=N, **kw)))
     return [t for e in events for t in e.tokens], events[-1].stats
 

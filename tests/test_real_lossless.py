@@ -23,6 +23,7 @@ N = 48
 
 
 def run(pair, ids, n=N, **kw):
+    pair.lookup_memory.clear()  # an earlier case's answer must not draft this one: the model does
     events = list(pair.generate(ids, GenConfig(max_new_tokens=n, **kw)))
     return [t for e in events for t in e.tokens], events[-1].stats
 
