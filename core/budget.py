@@ -225,14 +225,9 @@ class LookupBands:
     """The suffix index's pass rate per confidence band (a token's `Lookup.conf`), learned
     apart from the model draft's alpha: P(token passes | the tokens before it passed)."""
 
-    def __init__(self, alpha: list[float] | None = None, ema: float = 0.1,
-                 calib: dict | None = None):
+    def __init__(self, alpha: list[float] | None = None, ema: float = 0.1):
         self.alpha = list(alpha) if alpha else list(BAND_PRIOR)
         self.ema = ema
-        # realized / priced tokens per second of the rounds that verified a lookup ("lookup")
-        # and of those that kept the model's chunk over one ("model"): what the pricing's
-        # time and pass-rate models miss (a long verify beside the draft, say)
-        self.calib = calib if calib is not None else {"lookup": 1.0, "model": 1.0}
 
     @staticmethod
     def band(conf: float) -> int:
@@ -247,12 +242,6 @@ class LookupBands:
         for i, c in enumerate(conf[:accepted + 1]):
             b = self.band(c)
             self.alpha[b] += self.ema * (float(i < accepted) - self.alpha[b])
-
-    def realized(self, kind: str, priced: float, tokens: int, seconds: float) -> None:
-        """One round of `kind` priced at `priced` tokens/s yielded `tokens` in `seconds`."""
-        if priced > 0 and seconds > 0:
-            ratio = min(max(tokens / seconds / priced, 0.2), 5.0)
-            self.calib[kind] += self.ema * (ratio - self.calib[kind])
 
     def state(self) -> list[float]:
         return list(self.alpha)

@@ -286,8 +286,6 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 short = True
                 telemetry.predraft_used(budget, start, vspan, n, verdict, chunk)
             telemetry.predrafted(plan, rejected, rejected and bool(draft), vspan)
-            if pick is not None:  # what the round yielded against its price
-                run.lookup.settle(pick, verdict.accepted + 1, time.perf_counter() - start)
             yield ev
             if ev.done:
                 return

@@ -19,16 +19,10 @@ PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (b
 @dataclass
 class Pick:
     """What a round verifies: `source` is model, lookup, fused (the model's chunk extended by
-    the lookup) or plain (no draft); `offered`: the index had a proposal this round;
-    `priced`: this round's priced tokens/s where the draft was priced (0: not priced)."""
+    the lookup) or plain (no draft); `offered`: the index had a proposal this round."""
     draft: Draft
     source: str
     offered: bool = False
-    priced: float = 0.0
-
-    @property
-    def kind(self) -> str:
-        return "lookup" if self.source in ("lookup", "fused") else "model"
 
 
 class LookupPolicy:
@@ -64,14 +58,10 @@ class LookupPolicy:
                                            (fused, model, "fused", model_p)):
             if found:
                 rate, n = self._best_length(budget, prior, found, beside, miss)
-                probs = prior + self.bands.pass_probs(found.conf[:n])
                 draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
-                now = _price(budget, probs, beside, len(prior), miss)[1]
-                options.append((rate, Pick(draft, source, True, now)))
+                options.append((rate, Pick(draft, source, True)))
         best = max(options, key=lambda o: o[0])
-        kept, own.priced = _price(budget, model_p, beside, miss=miss)
-        calib = self.bands.calib  # what rounds of each kind yielded against their price
-        if best[0] * calib["lookup"] > kept * calib["model"] * (1 + MARGIN):
+        if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
             self.lost = 0
             return best[1]
         if self.lost >= PROBE_EVERY - 1:  # a probe: priors that never lose are never learned
@@ -79,10 +69,6 @@ class LookupPolicy:
             return _probe(options, own)
         self.lost += 1
         return own
-
-    def settle(self, pick: Pick, tokens: int, seconds: float) -> None:
-        """A priced round's outcome: `tokens` in `seconds`, against its price (calibration)."""
-        self.bands.realized(pick.kind, pick.priced, tokens, seconds)
 
     def proposal(self, run, pending: list[int], room: int) -> Lookup:
         """The index's continuation of the context + `pending`, at most `room` tokens, cut
@@ -105,27 +91,21 @@ class LookupPolicy:
     @staticmethod
     def _rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int = -1,
               miss: float | None = None) -> float:
-        return _price(budget, probs, beside, model_n, miss)[0]
-
-
-def _price(budget: DraftBudget, probs: list[float], beside: bool, model_n: int = -1,
-           miss: float | None = None) -> tuple[float, float]:
-    """Expected tokens per second of a round that verifies a draft with these pass rates
-    (the first `model_n` the model's, -1: all), and of the round alone. With the worker
-    beside, drafting after the model's part, its chunk is the next round's draft when it
-    wrote what the target kept past that part; otherwise the next round starts without one,
-    which costs `_miss_s` (charged to this round: a long draft that seldom passes pays for
-    the empty round); `miss`: _miss_s(budget), when the caller has it."""
-    tokens, _ = expected_tokens(probs)
-    t = budget.verify_s(len(probs) + 1)
-    if not beside:
-        return tokens / max(t, 1e-9), tokens / max(t, 1e-9)
-    model_n = len(probs) if model_n < 0 else model_n
-    size = budget.chunk_beside(len(probs), model_n < len(probs))
-    ready = _chunk_ready(probs, model_n, budget.alpha, size)
-    miss = _miss_s(budget) if miss is None else miss
-    t = max(t, budget.draft_s(size))
-    return tokens / max(t + (1 - ready) * miss, 1e-9), tokens / max(t, 1e-9)
+        """Expected tokens per second of a round that verifies a draft with these pass rates
+        (the first `model_n` the model's, -1: all). With the worker beside, drafting after the
+        model's part, its chunk is the next round's draft when it wrote what the target kept
+        past that part; otherwise the next round starts without one, which costs `_miss_s`
+        (charged to this round: a long draft that seldom passes pays for the empty round);
+        `miss`: _miss_s(budget), when the caller has it."""
+        tokens, _ = expected_tokens(probs)
+        t = budget.verify_s(len(probs) + 1)
+        if beside:
+            model_n = len(probs) if model_n < 0 else model_n
+            size = budget.chunk_beside(len(probs), model_n < len(probs))
+            ready = _chunk_ready(probs, model_n, budget.alpha, size)
+            miss = _miss_s(budget) if miss is None else miss
+            t = max(t, budget.draft_s(size)) + (1 - ready) * miss
+        return tokens / max(t, 1e-9)
 
 
 def _chunk_ready(probs: list[float], model_n: int, alpha: float, size: int) -> float:

@@ -23,7 +23,6 @@ class Learned:
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
     held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
     lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
-    lookup_calib: dict = field(default_factory=dict)  # method -> LookupBands.calib
     drift_checks: bool = True  # off: never measured again for a drift (fixed test profiles)
 
     def budget(self, method: str, profile: Profile, overlap: bool,
@@ -38,8 +37,8 @@ class Learned:
 
     def bands(self, method: str) -> LookupBands:
         """The lookup's pass rates per confidence band, carried on in place."""
-        bands = LookupBands(self.lookup_bands.get(method), calib=self.lookup_calib.get(method))
-        self.lookup_bands[method], self.lookup_calib[method] = bands.alpha, bands.calib
+        bands = LookupBands(self.lookup_bands.get(method))
+        self.lookup_bands[method] = bands.alpha
         return bands
 
     def draft_free(self) -> bool:

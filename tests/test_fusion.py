@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.backends import Draft
 from core.budget import DraftBudget, LookupBands, Profile
 from core import fusion
-from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy, Pick
+from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy
 from core.suffix import ContextLookup
 
 # a CPU-like target: a longer chunk costs more (1 token 63 ms, 8 tokens 100, 33 tokens 185)
@@ -110,30 +110,3 @@ def test_long_verifies_measured_dear_make_the_lookup_shorter():
     dear = pol.pick(run, b, Draft(list(MODEL_CHUNK)), beside=True)
     cheap = policy(0.96)[0].pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True)
     assert len(dear.draft) <= 16 < len(cheap.draft)
-
-
-def test_lookup_rounds_that_yield_half_their_price_stop_winning():
-    """The pricing is calibrated by what each kind of round yielded: lookup rounds that
-    realize half their priced tokens/s (a cost the time model misses) lose to the model's
-    chunk that realizes its price; the probe still tries the lookup now and then."""
-    pol, run = policy(0.99)
-    model = Draft(list(MODEL_CHUNK))
-    first = pol.pick(run, budget(), model, beside=True)
-    assert first.kind == "lookup" and first.priced > 0
-    for _ in range(30):
-        pol.settle(first, 10, 10 / (first.priced / 2))  # half the priced rate
-        own = Pick(model, "model", True, 50.0)
-        pol.settle(own, 5, 0.1)  # 50 tokens/s: as priced
-    picks = [pol.pick(run, budget(), model, beside=True) for _ in range(PROBE_EVERY)]
-    assert [p.source for p in picks[:-1]] == ["model"] * (PROBE_EVERY - 1)
-    assert picks[-1].kind == "lookup"  # the probe
-    assert pol.bands.calib["lookup"] < 0.6 and abs(pol.bands.calib["model"] - 1) < 0.05
-
-
-def test_the_calibration_is_carried_to_the_next_generation():
-    from core.learned import Learned
-
-    learned = Learned()
-    bands = learned.bands("duo")
-    bands.realized("lookup", 100.0, 5, 0.1)  # 50 tokens/s against 100 priced
-    assert learned.bands("duo").calib["lookup"] == bands.calib["lookup"] < 1.0
