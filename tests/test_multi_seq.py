@@ -57,7 +57,15 @@ def seq_pos_max(drafter, seq):
 
 def test_branches_are_drafted_together_and_kept_right(smol_pair):
     d = smol_pair.drafter
-    ids = smol_pair.prompt_ids("Pick a colour at random and describe it.")
+    prefill, d.prefill = d.prefill, None  # the draft's own cache throughout: the kept
+    try:  # branch's must equal a fresh prefill's (the copy's cache is a near one)
+        _branches_kept_right(d, smol_pair.prompt_ids("Pick a colour at random and describe it."))
+    finally:
+        d.prefill = prefill
+
+
+def _branches_kept_right(d, ids: list[int]) -> None:
+    d.rollback(0)
     chunk = d.propose(ids, 6, GREEDY, RNG, branching=BranchPolicy(max_seqs=3, static_k=3))
     assert chunk.n_seqs == 3
     firsts = [b.tokens[0] for b in [chunk.main] + chunk.alternatives]
