@@ -60,10 +60,10 @@ def _store(path: Path, key: str, value: dict) -> dict:
     entry = {"value": value, "load": 0.0}
     known = json.loads(path.read_text()) if path.exists() else {}
     if known.get(key) != entry:
+        from models.pairs.convert import write_atomic
+
         known[key] = entry
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(known, indent=1))
     return entry
 
 
