@@ -8,7 +8,7 @@ import pytest
 
 from core.engine import GenConfig
 from models.draft.format import q8_copy
-from models.draft.llama import LlamaDrafter
+from models.draft.llama import LlamaDrafter, common_prefix
 from models.draft.prefill import MIN_TOKENS, CopyPrefill, pick_prefill
 from models.pairs.catalog import draft_path, get_pair
 
@@ -47,6 +47,8 @@ def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(q4_path):
         moved.rollback(len(ids) - 3)  # a short catch-up stays on the draft itself
         greedy(moved, ids, 1)
         assert moved.prefill.copy.tokens == ids[:-1]
+        moved.rollback(0)  # forgotten: a cold run prefills on the copy again
+        assert moved.tokens == [] and moved.prefill.copy.tokens == []
     finally:
         own.close()
         moved.close()
@@ -74,7 +76,7 @@ def test_auto_takes_the_copy_only_where_it_measured_faster(q4_path):
 
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
-def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method):
+def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method, monkeypatch):
     """The suite's timing says the copy is faster (tests/profiles.py), as on its machines:
     the default pair prefills long prompts on it, and the output is vanilla's."""
     from tests.conftest import vanilla_ids
@@ -90,3 +92,10 @@ def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method):
     assert copied[:len(ids) - 1] == ids[:-1] and len(copied) <= len(ids)  # the prompt
     stats = events[-1].stats
     assert stats["draft_prefill"]["kind"] == "copy" and stats["accepted"] > 0
+    copy, evaluated = smol_pair.drafter.prefill.copy, []
+    sync = copy._sync
+    monkeypatch.setattr(copy, "_sync", lambda got: evaluated.append(
+        len(got) - common_prefix(copy.tokens, got)) or sync(got))
+    list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=2, lookup="off",
+                                           cache_prompt=False)))
+    assert evaluated and evaluated[0] >= len(ids) - 1  # cold: the whole prompt (duo: + 1)

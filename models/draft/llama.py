@@ -197,6 +197,10 @@ class LlamaDrafter:
             self.rollback(min(better))
 
     def rollback(self, n_keep: int) -> None:
+        """Keep the first n_keep tokens; 0 forgets the prompt, on the prefill copy too (a cold
+        run must pay the draft's prefill, not find it in the copy from the run before)."""
+        if n_keep == 0 and self.prefill is not None:
+            self.prefill.copy.rollback(0)
         if n_keep < len(self.tokens):
             C.llama_memory_seq_rm(self.ctx.memory, -1, n_keep, -1)
             del self.tokens[n_keep:]
