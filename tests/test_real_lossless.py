@@ -35,15 +35,28 @@ def oracle(smol_pair):
 
 
 # duo's own gamma runs the default, dynamic multi-sequence drafting (tests/test_multi_seq.py
-# forces branching); the fixed gammas draft one sequence
-@pytest.mark.parametrize("method,gamma", [("sps", None), ("sps", 4), ("duo", None),
-                                          ("duo", 1), ("duo", 4), ("duo", 16)])
-def test_greedy_identical_to_vanilla(smol_pair, oracle, method, gamma):
-    for prompt, (ids, expected) in oracle.items():
+# forces branching); the fixed gammas draft one sequence. The defaults (the budget's gamma)
+# run every prompt. A method's fixed gammas run one code path with another chunk length, so
+# they share the prompts out: every prompt is checked by each method's default and by one
+# fixed gamma of duo. Greedy, the draft is wrong (a rejection, whatever the gamma) on prompts
+# 0, 2 and 6 only and drafts the others whole: each fixed gamma gets one or more of those
+# three, and checks that it saw a rejection.
+CASES = [("sps", None, range(10)), ("sps", 4, (0, 2, 4, 6, 8)), ("duo", None, range(10)),
+         ("duo", 1, (0, 3, 7)), ("duo", 4, (2, 4, 8, 9)), ("duo", 16, (6, 1, 5))]
+
+
+@pytest.mark.parametrize("method,gamma,prompts", CASES,
+                         ids=[f"{m}-{g}" for m, g, _ in CASES])
+def test_greedy_identical_to_vanilla(smol_pair, oracle, method, gamma, prompts):
+    rejected = 0
+    for prompt in (PROMPTS[i] for i in prompts):
+        ids, expected = oracle[prompt]
         got, stats = run(smol_pair, ids, method=method, gamma=gamma, multi_seq=gamma is None)
         assert got == expected, f"{method} gamma={gamma} differs on {prompt!r}"
         assert stats["new_tokens"] == len(expected) <= N
         assert stats["rounds"] > 0 and stats["drafted"] >= stats["accepted"]
+        rejected += stats["drafted"] - stats["accepted"]
+    assert rejected > 0  # the rollbacks this case is for did happen
 
 
 def test_duo_sequential_switch_gives_same_tokens(smol_pair, oracle):
