@@ -49,8 +49,9 @@ def test_q8_copy_is_made_once_and_drafts_like_the_original(smol_pair, shipped, o
     assert agree >= 0.9, f"the Q8_0 copy agrees with the original on {agree:.0%} of tokens"
 
 
-def test_eight_bit_and_original_stay_as_they_are(shipped, own_cache):
-    copy = fmt.q8_copy(shipped)
+def test_eight_bit_and_original_stay_as_they_are(shipped):
+    copy = fmt.q8_copy(shipped)  # the cache's, as test_q8_draft_is_lossless's pair loads it
+    # (making one, 8 CPU seconds, is the test above's subject, in a fresh cache)
     kept = fmt.pick_draft(copy, "q8_0")
     assert kept.path == copy and kept.kind == "original" and "already Q8_0" in kept.reason
     assert fmt.pick_draft(shipped, "original").path == shipped
