@@ -1,4 +1,4 @@
-"""Long runs: 100 generations in a row, through the Python API and HTTP in turn, leave resident
+"""Long runs: 50 generations in a row, through the Python API and HTTP in turn, leave resident
 memory, threads and file handles where warm-up left them; sixteen clients at once are all
 answered or refused with 429, none lost or mixed up."""
 from __future__ import annotations
@@ -21,8 +21,10 @@ def resources() -> dict:
 
 
 def assert_steady(before: dict, after: dict) -> None:
-    print(f"resources after warm-up {before}, after 100 more {after}")  # pytest -s shows it
-    assert after["rss_kb"] < before["rss_kb"] * 1.10, (before, after)
+    """Resident memory within 5% (84 MB of this file's 1.7 GB run alone): a leak of 1.7 MB a
+    generation shows in 50, as it did in 100 within 10%; 100 grew it by 6.6 MB (0.4%)."""
+    print(f"resources after warm-up {before}, after 50 more {after}")  # pytest -s shows it
+    assert after["rss_kb"] < before["rss_kb"] * 1.05, (before, after)
     for k in ("threads", "tasks", "fds"):  # a leak per generation would add dozens; one
         # lazily opened handle (a pooled connection, seen once: fds 20 -> 21) is not a leak
         assert after[k] <= before[k] + 2, (k, before, after)
@@ -44,16 +46,16 @@ def http_run(served, i: int) -> str:
     return r.text
 
 
-def test_a_hundred_generations_through_python_and_http_leak_nothing(smol_pair, served):
-    """Python API and HTTP in turn (50 each): threads, tasks and file handles must not grow
-    with the generations, whichever path leaks them; resident memory stays within 10%."""
+def test_fifty_generations_through_python_and_http_leak_nothing(smol_pair, served):
+    """Python API and HTTP in turn (25 each): threads, tasks and file handles must not grow
+    with the generations, whichever path leaks them; resident memory stays within 5%."""
     def both(i):
         python_run(smol_pair, i)
         http_run(served, i + 500)  # another prompt: not the one the caches just kept
     for i in range(6):  # warm-up: lazy pools, allocator high-water marks
         both(i)
     before = resources()
-    for i in range(50):
+    for i in range(25):
         both(i)
     assert_steady(before, resources())
 
