@@ -218,14 +218,16 @@ class Drafter(Protocol):
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None,
                 branching: Branching | None = None, adjust: Adjuster | None = None,
-                predraft: Plan | None = None) -> Proposal:
+                predraft: Plan | None = None, guess: list[int] = ()) -> Proposal:
         """Roll back to the longest common prefix with `context`, then draft up to n tokens;
         draws.draw(q, len(context) + i) picks draft token i when sampling. With `branching`,
         extra sequences may start from other first tokens (Proposal.alternatives). `adjust`
         (this thread's own): each step's logits adjusted for its prefix, before the sampling
         transform (drafters in target ids; a translating vocabulary may ignore it). With
         `predraft` (even empty), drafts carry `ranked`; its outcomes are drafted in the same
-        batch (Proposal.predrafts), and are finished even when `stop` cuts the main chunk."""
+        batch (Proposal.predrafts), and are finished even when `stop` cuts the main chunk.
+        `guess` (the lookup's continuation of `context`, target ids) may be evaluated in one
+        batch to spare decodes; the proposal must be the same as without it."""
 
     def rollback(self, n_keep: int) -> None: ...
 

@@ -62,6 +62,18 @@ class DraftBudget:
     def draft_s(self, n: int) -> float:
         return n * self.profile.draft_token_s * self.draft_scale
 
+    def batch_s(self, k: int) -> float:
+        """One draft decode of k tokens at once (k sequences a step, or k positions of one):
+        the profile's batched steps, past the largest extended by its last increment."""
+        steps = self.profile.draft_step_s
+        if not steps:
+            return k * self.draft_s(1)
+        if k in steps:
+            return steps[k] * self.draft_scale
+        top = max(steps)
+        slope = max(steps[top] - steps.get(top - 1, 0.0), 0.0)
+        return (steps[top] + (k - top) * slope) * self.draft_scale
+
     def verify_s(self, n: int) -> float:
         """The verify of `n` tokens: the profile's time scaled by what verifies of about that
         length measured (a long chunk beside the drafting thread may slow more than a short

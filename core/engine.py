@@ -265,8 +265,10 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)
             model = draft.head(draft.n_model())  # the worker drafts after the model's part
             plan = predraft_plan(run, predraft, budget, model, branching)
-            job = worker.submit(run.ctx + model.tokens, run.draft_room(size, len(model)),
-                                branching=branching, predraft=plan)
+            room = run.draft_room(size, len(model))
+            guess = run.lookup.guess(run, budget, model.tokens, room) if run.lookup else []
+            job = worker.submit(run.ctx + model.tokens, room, branching=branching,
+                                predraft=plan, guess=guess)
             verdict, vspan = run.verify(draft)
             telemetry.drafting(draft, pick.source if pick else "model" if draft else "plain",
                                bool(pick and pick.offered))

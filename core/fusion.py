@@ -72,6 +72,20 @@ class LookupPolicy:
         self.lost += 1
         return own
 
+    def guess(self, run, budget: DraftBudget, pending: list[int], n: int) -> list[int]:
+        """The index's continuation of the context + `pending` for the worker drafting n tokens
+        after them to evaluate in one batch (its drafts stay its own): as long as the decodes
+        it may spare (each token's pass rate from the bands, a proxy for the draft picking it
+        too) outweigh the batch's cost (budget.batch_s); none where batching saves nothing."""
+        found = self.proposal(run, pending, n - 1)
+        step, reach, spared, best, keep = budget.draft_s(1), 1.0, 0.0, 0.0, 0
+        for g, p in enumerate(self.bands.pass_probs(found.conf) if found else [], 1):
+            reach *= p
+            spared += reach * step
+            if spared - budget.batch_s(g) > best:
+                best, keep = spared - budget.batch_s(g), g
+        return list(found.tokens[:keep])
+
     def beside_prefill(self, run, budget: DraftBudget) -> bool:
         """Whether the target verifies the lookup's drafts while the draft prefills the prompt
         at its decode threads (instead of the prefill alone with every core): the lookup's

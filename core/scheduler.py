@@ -98,15 +98,17 @@ class DraftWorker:
         return bool(self.warnings)
 
     def submit(self, context: list[int], n: int, branching: Branching | None = None,
-               predraft: Plan | None = None) -> DraftJob:
+               predraft: Plan | None = None, guess: list[int] = ()) -> DraftJob:
         """Draft up to n tokens after `context` (copied now; the caller may change its list).
-        `sequential`: wait for the answer here (the same rounds without overlap)."""
+        `sequential`: wait for the answer here (the same rounds without overlap). `guess`: the
+        lookup's continuation, for the drafter to evaluate in one batch (Drafter.propose)."""
         stop = threading.Event()
         if self.failed:
             fut: Future = Future()
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
-        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft)
+        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft,
+                                list(guess))
         job = DraftJob(fut, stop, self, self._timeout(context))
         if self.sequential:
             job.result()
@@ -138,10 +140,12 @@ class DraftWorker:
     def _timeout(self, context: list[int]) -> float | None:
         return None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
 
-    def _run(self, context, n, stop, branching, predraft) -> Drafted:
+    def _run(self, context, n, stop, branching, predraft, guess=()) -> Drafted:
         t0 = time.perf_counter()
         try:
             extra = {"predraft": predraft} if predraft is not None else {}
+            if guess:
+                extra["guess"] = guess
             proposal = self.drafter.propose(context, n, self.sampling, self.draws, stop,
                                             branching=branching, **self.adjust, **extra)
         except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone

@@ -87,12 +87,14 @@ class FakeDrafter(Threads):
         self.calls: list[tuple[int, int]] = []
         self.branch_counts: list[int] = []
         self.plans: list = []  # the non-empty pre-draft plans it was given
+        self.guesses: list[list[int]] = []  # the lookup's guess given with each proposal
         self.ranks = False
         self.ranked_calls = 0  # proposals asked for ranks (a plan, empty or not, was given)
 
     def propose(self, context, n, sampling: SamplingConfig, draws, stop=None, branching=None,
-                adjust=None, predraft=None):
+                adjust=None, predraft=None, guess=()):
         self.calls.append((len(context), n))
+        self.guesses.append(list(guess))  # the same proposal with or without it
         self.adjust = adjust
         self.ranks = predraft is not None  # drafts carry the draft's top candidates
         self.ranked_calls += self.ranks

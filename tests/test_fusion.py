@@ -122,3 +122,18 @@ def test_rounds_beside_the_draft_prefill_only_where_the_copy_pays():
     assert not nothing.beside_prefill(Run(list(range(40))), budget())
     forced = policy(0.05, mode="on")
     assert forced[0].beside_prefill(forced[1], budget())
+
+
+def test_the_worker_is_given_a_guess_only_where_batching_spares_decodes():
+    """A confident copy goes to the worker as a guess when a batched decode of k tokens costs
+    less than the k decodes it may spare; on a draft where a batch of k costs k steps, none."""
+    pol, run = policy(0.99)
+    free = budget()
+    free.profile.draft_step_s = {1: 0.0127, 2: 0.014, 3: 0.015, 4: 0.016}
+    got = pol.guess(run, free, [], 16)
+    assert got == PASSAGE[20:20 + len(got)] and len(got) == 15
+    dear = budget()
+    dear.profile.draft_step_s = {k: 0.0127 * k for k in range(1, 5)}
+    assert pol.guess(run, dear, [], 16) == []
+    unsure = policy(0.3)
+    assert unsure[0].guess(unsure[1], free, [], 16) == []

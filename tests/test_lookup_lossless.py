@@ -103,6 +103,16 @@ def test_gamma_zero_still_has_lookup_rounds():
     assert stats["lookup"]["won"] > 0 and "lookup" in sources
 
 
+def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
+    """Each chunk the worker drafts comes with the index's continuation of its context (the
+    drafter evaluates it in one batch: tests/test_draft_guess.py); never with the lookup off."""
+    on, off = FakeDrafter(P), FakeDrafter(P)
+    assert run("duo", "auto", drafter=on)[0] == run("duo", "off", drafter=off)[0]
+    assert any(on.guesses) and not any(off.guesses)
+    for (n_ctx, n), guess in zip(on.calls, on.guesses):
+        assert len(guess) < max(n, 1)  # the last drafted token is never decoded
+
+
 class SlowPrefill(FakeDrafter):
     """Its prompt prefill (a proposal of no tokens) ends only once the target has run three
     forwards: the rounds beside it happen whatever the machine's speed."""

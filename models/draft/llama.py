@@ -1,4 +1,5 @@
-"""The draft backend: a GGUF model in llama.cpp on the CPU, with its own KV cache and threads."""
+"""The draft backend: a GGUF model in llama.cpp on the CPU, with its own KV cache and threads.
+long: one sequence, its branches, pre-drafts and guesses all drive the same context and batch."""
 from __future__ import annotations
 
 import ctypes
@@ -55,9 +56,12 @@ class LlamaDrafter:
     # -- the verbs ------------------------------------------------------------------------
     def propose(self, context: list[int], n: int, sampling: SamplingConfig, draws: Draws,
                 stop: threading.Event | None = None, branching: Branching | None = None,
-                adjust: Adjuster | None = None, predraft: Plan | None = None) -> Proposal:
+                adjust: Adjuster | None = None, predraft: Plan | None = None,
+                guess: list[int] = ()) -> Proposal:
         """`adjust` applies to the draft's rows only when its ids are the target's: with
-        another tokenizer the draft proposes unadjusted and the target's mask decides."""
+        another tokenizer the draft proposes unadjusted and the target's mask decides.
+        `guess` (target ids, used when they are the draft's): the tokens evaluated in one batch
+        and kept while the draft picks them itself (_extend)."""
         self.vocab.settle(context)  # stats: how much of the last proposal this context kept
         ids = self.vocab.to_draft(context)
         if len(ids) >= self.n_ctx - 1:  # the draft's window is full: the target goes on alone
@@ -84,13 +88,14 @@ class LlamaDrafter:
                 return None, None
             at = len(context if base is None else base) + len(drafted)
             return self._choose(row, mask, sampling, draws, at)
+        guess = list(guess) if self.vocab.same and predraft is None else []
         if (branching is None and predraft is None) or n < 2:
             seqs, rows, ranking, p_top = [[]], [[]], [], 0.0
-            self._extend(logits, n, pick, stop, seqs[0], rows[0])
+            self._extend(logits, n, pick, stop, seqs[0], rows[0], guess)
             ranks, pre = {}, {}
         else:
             seqs, rows, ranks, ranking, p_top, pre = self._branched(
-                logits, n, pick, stop, branching, mask, adjusted, predraft, context)
+                logits, n, pick, stop, branching, mask, adjusted, predraft, context, guess)
         greedy = sampling.greedy
         main = self._draft(seqs[0], rows[0], greedy, after=context, ranked=ranks.get(0))
         others = [self._draft(seqs[s], rows[s], greedy) for s in range(1, len(seqs)) if
@@ -105,8 +110,13 @@ class LlamaDrafter:
         q = None if greedy or not rows else self.vocab.q_to_target(np.stack(rows))
         return Draft(self.vocab.to_target(toks, greedy, after), q, ranked)
 
-    def _extend(self, logits, n, pick, stop, out, rows) -> None:
-        """Draft sequence 0 up to n tokens, one decode per token (the last one undecoded)."""
+    def _extend(self, logits, n, pick, stop, out, rows, guess=()) -> None:
+        """Draft sequence 0 up to n tokens after `out`, one decode per token (the last one
+        undecoded). `guess` (the lookup's continuation): evaluated in one batch first, its
+        logits serve while the draft picks the guessed token itself, so the tokens are the
+        same as without it, with fewer decodes; the KV past a miss is dropped."""
+        base = len(self.tokens)
+        ahead = self._decode_batch([(t, 0) for t in guess[:n - 1]]) if n > 1 and guess else []
         for i in range(n):
             if stop is not None and stop.is_set():
                 break
@@ -115,10 +125,18 @@ class LlamaDrafter:
                 break
             out.append(tok)
             rows.append(q)
-            if i + 1 < n:
-                logits = self._decode_batch([(tok, 0)])[0]
+            if i + 1 >= n:
+                break
+            if i < len(ahead) and guess[i] == tok:
+                logits = ahead[i]
+                continue
+            if ahead:  # a miss: the guessed tokens from here on leave the cache
+                self.rollback(base + i)
+                ahead = []
+            logits = self._decode_batch([(tok, 0)])[0]
 
-    def _branched(self, logits, n, pick, stop, branching, mask, adjusted, predraft, context):
+    def _branched(self, logits, n, pick, stop, branching, mask, adjusted, predraft, context,
+                  guess=()):
         """Dynamic multi-sequence drafting and pre-drafting: decide the sequences, then draft
         them all with one batched decode per step (sequence ids share a prefix's KV cache).
         Pre-drafts (sequences 1..p) start from `a` in place of pending draft token j; the
@@ -134,6 +152,10 @@ class LlamaDrafter:
             p_first, top_prob(rows0[0]), first, n, ranked=ranking)
         extra = extra[:self.max_seqs - 1 - len(pre)]
         steps = n if branching is None else branching.steps(n, 1 + len(extra))
+        if not extra and not pre and predraft is None and guess[:1] == [first]:
+            seq, seq_rows = [first], [q0]  # one sequence: the rest as _extend drafts it
+            self._extend(rows0[0], steps - 1, pick, stop, seq, seq_rows, guess[1:])
+            return [seq], [seq_rows], {}, ranking, float(p_first[ranking[0]]), {}
         seqs, rows = [[first]] + [[] for _ in pre] + [[c] for c in extra], [[q0]]
         rows += [[] for _ in pre] + [[q0] for _ in extra]
         ranks = {0: [_ranks(p_first)]} if predraft is not None else {}
