@@ -2,16 +2,12 @@
 official `openai` client, raw HTTP for the errors, concurrent clients and disconnects."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
 import pytest
 
-from tests.conftest import ROOT
 from tests import live_server
 from tests.live_server import KEY
 from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
@@ -23,16 +19,18 @@ def chat(served, messages=HELLO, **kw):
     return live_server.chat(served, messages, **kw)
 
 
-def test_greedy_chat_equals_the_cli_and_duo_equals_vanilla(served):
-    cli = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--method",
-                          "vanilla", "--prompt", HELLO[0]["content"], "--max-new-tokens", "24",
-                          "--json"], capture_output=True, text=True, timeout=300)
-    assert cli.returncode == 0, cli.stderr
-    expected = json.loads(cli.stdout)["text"]
+def test_greedy_chat_equals_the_cli_and_duo_equals_vanilla(served, smol_pair):
+    """The CLI's prompt as the CLI reads it (pair.prompt_ids of the text: its process gives the
+    oracle's ids, tests/test_cli.py), decoded by the oracle: a process of its own for it
+    loaded smol-self again (12 CPU seconds)."""
+    from tests.conftest import vanilla_ids
+
+    ids = vanilla_ids(smol_pair, smol_pair.prompt_ids(HELLO[0]["content"]), 24)
+    expected = smol_pair.decode(ids)
     vanilla = chat(served, extra_body={"method": "vanilla"})
     duo = chat(served, extra_body={"method": "duo"})
     assert vanilla.choices[0].message.content == expected == duo.choices[0].message.content
-    assert duo.usage.completion_tokens == len(json.loads(cli.stdout)["token_ids"])
+    assert duo.usage.completion_tokens == len(ids)
     assert duo.model_extra["timings"]["method"] == "duo"
     assert duo.model_extra["timings"]["predicted_per_second"] > 0
 
