@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, vanilla_ids
 from tests.test_bad_input import one_line_exit_2
 
 GEN = [sys.executable, str(ROOT / "scripts" / "generate.py")]
@@ -41,18 +41,25 @@ def test_json_is_exactly_one_object_on_stdout(json_run):
 def test_the_cli_s_duo_gives_the_oracle_s_ids(json_run, smol_pair):
     """The CLI's own pair and defaults: its greedy `duo` gives the reference vanilla's ids
     (tests/conftest.py's oracle; a second process for `vanilla` took 12 CPU seconds)."""
-    from tests.conftest import vanilla_ids
-
     ids = smol_pair.prompt_ids("Name a fruit.")
     assert json.loads(json_run.stdout)["token_ids"] == vanilla_ids(smol_pair, ids, 12)
 
 
-def test_prompt_file_and_streaming(tmp_path):
+def test_prompt_file_and_streaming(tmp_path, capsys, monkeypatch, smol_pair):
+    """main in this process on the session's pair (a process of its own loaded smol-self
+    again, 12 CPU seconds; the process's load and stdout: the --json test above)."""
+    import models.loader
+    from scripts.generate import main
+
+    monkeypatch.setattr(models.loader, "Pair", lambda name, options: smol_pair)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")  # what main's quiet_logs sets
     f = tmp_path / "p.txt"
     f.write_text("Say hello.", encoding="utf-8")
-    r = call("--prompt-file", str(f), "--method", "sps", "--max-new-tokens", "8", "--gamma", "3")
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() and not r.stdout.lstrip().startswith("{")
+    main(["--prompt-file", str(f), "--method", "sps", "--max-new-tokens", "8", "--gamma", "3"])
+    out = capsys.readouterr().out
+    assert out.strip() and not out.lstrip().startswith("{")
+    ids = vanilla_ids(smol_pair, smol_pair.prompt_ids("Say hello."), 8)
+    assert out == smol_pair.decode(ids) + "\n"  # the streamed pieces spell the answer
 
 
 @pytest.mark.parametrize("args,needle", [
