@@ -1,5 +1,6 @@
 """Shared fixtures: the real smol-self and gemma-smol pairs (loaded once per session), the
-oracle's greedy ids (decoded once per pair and prompt) and the repo root."""
+oracle's greedy ids (decoded once per pair and prompt), the repo root, and the check of a
+script's one-line error exit."""
 from __future__ import annotations
 
 import os
@@ -174,3 +175,15 @@ def vanilla_ids(pair, ids: list[int], n: int) -> list[int]:
         oracle.store(pair, ids, tokens, asked)
     runs[tuple(ids)] = (tokens, asked)
     return tokens[:n]
+
+
+def one_line_exit_2(capsys, call) -> str:
+    """Run `call` (a script's main); it must exit 2 with one `error: ...` line on stderr and
+    no traceback; return that line."""
+    with pytest.raises(SystemExit) as e:
+        call()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err

@@ -9,24 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, one_line_exit_2
 from tests.live_server import served  # noqa: F401 - the module's server (a fixture)
 from tests.test_chat_ui import latest as last
 
 CONTROL = "\x00\x07\x1b"
 PASTE_100K = "Lorem ipsum dolor sit amet. " * 3600  # ~100 kB
 PASTE_2M = "Lorem ipsum dolor sit amet. " * 75000  # ~2 MB
-
-
-def one_line_exit_2(capsys, call) -> str:
-    """Run `call`; it must exit 2 with one `error: ...` line on stderr; return that line."""
-    with pytest.raises(SystemExit) as e:
-        call()
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2, err
-    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 # -- scripts/generate.py ---------------------------------------------------------------------

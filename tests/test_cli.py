@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, vanilla_ids
-from tests.test_bad_input import one_line_exit_2
+from tests.conftest import ROOT, one_line_exit_2, vanilla_ids
 
 GEN = [sys.executable, str(ROOT / "scripts" / "generate.py")]
 STATS_KEYS = {"method", "new_tokens", "wall_s", "ttft_s", "tokens_per_s", "rounds", "drafted",

@@ -2,14 +2,10 @@
 smol-self pair (and gemma-smol, whose draft counts the window in its own tokens)."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from core.align import common_prefix
 from core.engine import GenConfig
-from tests.conftest import ROOT
 
 TURN1 = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
@@ -107,13 +103,23 @@ def test_ctx_size_is_checked_against_the_trained_window():
         pick_ctx(model_dir, "cpu", "float32", 100_000)
 
 
-def test_cli_refuses_more_new_tokens_than_the_window_holds():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--prompt",
-                           "Hi", "--method", "vanilla", "--max-new-tokens", "1000000000",
-                           "--ctx-size", "256"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: the prompt (")
-    assert "at most" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_refuses_more_new_tokens_than_the_window_holds(small_window, capsys, monkeypatch):
+    """generate.py's main in this process: --ctx-size reaches the load, and the window the
+    pair has (small_window's) refuses the request on one line (a process of its own loaded
+    smol-self again, 11 CPU seconds; the CLI as a process: tests/test_cli.py)."""
+    import models.loader
+    from scripts.generate import main
+    from tests.conftest import one_line_exit_2
+
+    loads = []
+    monkeypatch.setattr(models.loader, "Pair", lambda name, options: loads.append(options)
+                        or small_window)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")  # what main's quiet_logs sets
+    err = one_line_exit_2(capsys, lambda: main(["--prompt", "Hi", "--method", "vanilla",
+                                                "--max-new-tokens", "1000000000",
+                                                "--ctx-size", "256"]))
+    assert [o.n_ctx for o in loads] == [256]
+    assert err.startswith("error: the prompt (") and "at most" in err
 
 
 @pytest.fixture(scope="module")
