@@ -70,3 +70,16 @@ def test_q8_draft_is_lossless(pair_with):
         assert runs["sps"]["token_ids"] == runs["duo"]["token_ids"] == \
             vanilla_ids(pair, ids, 48), prompt
         assert runs["duo"]["draft_format"]["kind"] == "q8_0"
+
+
+def test_the_file_type_is_read_from_the_header_alone(shipped, tmp_path):
+    """general.file_type without parsing the vocabulary; a file that is no GGUF, or is cut
+    short, is a clear error."""
+    from models.pairs.catalog import PairError
+
+    junk, cut = tmp_path / "junk.gguf", tmp_path / "cut.gguf"
+    junk.write_bytes(b"not a model")
+    cut.write_bytes(shipped.read_bytes()[:64])
+    for bad, why in ((junk, "bad magic"), (cut, "truncated")):
+        with pytest.raises(PairError, match=f"cannot read the GGUF header.*{why}"):
+            fmt.file_type(bad)

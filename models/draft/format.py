@@ -44,13 +44,16 @@ def pick_draft(path: Path, mode: str = "original", progress=None) -> DraftFormat
 def file_type(path: Path) -> str:
     import gguf
 
-    try:
-        field = gguf.GGUFReader(str(path)).fields.get("general.file_type")
-    except (ValueError, OSError) as e:
+    from models.pairs.gguf_header import gguf_field
+
+    try:  # the header only as far as the key (gguf's reader parses it all: 2 s a draft)
+        with open(path, "rb") as f:
+            value = gguf_field(f.read, "general.file_type")
+    except (PairError, OSError) as e:
         raise PairError(f"cannot read the GGUF header of {path}: {e}") from None
-    if field is None:
+    if value is None:
         return "UNKNOWN"
-    name = gguf.LlamaFileType(int(field.parts[field.data[0]][0])).name
+    name = gguf.LlamaFileType(int(value)).name
     return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 

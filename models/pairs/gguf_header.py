@@ -1,5 +1,6 @@
 """The tokens of a GGUF draft without loading it (--add-pair): a GGUF header parser that reads only
-as far as `tokenizer.ggml.tokens`, from a local file or from the Hub with HTTP Range requests."""
+as far as the key asked for (`tokenizer.ggml.tokens`, `general.file_type`), from a local file or
+from the Hub with HTTP Range requests."""
 from __future__ import annotations
 
 import struct
@@ -17,6 +18,11 @@ GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7
 
 def gguf_tokens(read: Callable[[int], bytes]) -> list[str] | None:
     """tokenizer.ggml.tokens from a GGUF header, reading only as far as that key."""
+    return gguf_field(read, "tokenizer.ggml.tokens")
+
+
+def gguf_field(read: Callable[[int], bytes], name: str):
+    """The value of key `name` in a GGUF header, reading only as far as it; None if absent."""
     if read(4) != b"GGUF":
         raise PairError("not a GGUF file (bad magic)")
     version = _unpack(read, "<I")
@@ -24,8 +30,8 @@ def gguf_tokens(read: Callable[[int], bytes]) -> list[str] | None:
     _unpack(read, count)  # tensors
     for _ in range(_unpack(read, count)):
         key = _gguf_str(read, count)
-        value = _gguf_value(read, _unpack(read, "<I"), count, keep=key == "tokenizer.ggml.tokens")
-        if key == "tokenizer.ggml.tokens":
+        value = _gguf_value(read, _unpack(read, "<I"), count, keep=key == name)
+        if key == name:
             return value
     return None
 
