@@ -20,8 +20,7 @@ from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.rounds import (branch_policy, close_worker, flat_profile, plain_round,
-                         predraft_plan, prefill_alone, prefill_draft,
-                         rounds_beside_prefill)
+                         predraft_plan, prefill_alone, prefill_draft)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.scheduler import Drafted, DraftWorker
@@ -242,13 +241,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             yield ev
             if ev.done:
                 return
-            if run.lookup is not None and run.lookup.beside_prefill(run, budget):
-                for ev in rounds_beside_prefill(run, budget, worker):
-                    yield ev
-                    if ev.done:
-                        return
-            else:
-                prefill_draft(run, drafter, worker)
+            prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha

@@ -14,8 +14,6 @@ from core.suffix import ContextLookup, Lookup
 LOOKUP_MAX = 31  # draft tokens at most with a lookup in it: with the last token, the 32 bucket
 MARGIN = 0.05  # a lookup must win by this much: smaller priced gains are within its error
 PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (bands learn)
-BESIDE_PREFILL = 0.5  # the draft's prefill at its decode threads takes about twice its time
-# at every core: the target's rounds beside it pay when they yield half duo's rate or more
 
 
 @dataclass
@@ -85,17 +83,6 @@ class LookupPolicy:
             if spared - budget.batch_s(g) > best:
                 best, keep = spared - budget.batch_s(g), g
         return list(found.tokens[:keep])
-
-    def beside_prefill(self, run, budget: DraftBudget) -> bool:
-        """Whether the target verifies the lookup's drafts while the draft prefills the prompt
-        at its decode threads (instead of the prefill alone with every core): the lookup's
-        continuation of the context now, verified with no chunk beside it, pays at least
-        BESIDE_PREFILL of duo's expected rate (`on`: whenever the index proposes)."""
-        found = self.proposal(run, [], run.draft_room(LOOKUP_MAX))
-        if not found or self.mode == "on":
-            return bool(found)
-        rate, _ = self._best_length(budget, [], found, False, 0.0)
-        return rate >= BESIDE_PREFILL * budget.expected_rate(budget.gamma)
 
     def proposal(self, run, pending: list[int], room: int) -> Lookup:
         """The index's continuation of the context + `pending`, at most `room` tokens, cut

@@ -55,7 +55,6 @@ class GenerationStats:
     rejections: int = 0  # duo rounds that ended in a rejection (more text to come)
     predraft_hits: int = 0  # of those, rounds whose next draft was pre-drafted (no plain step)
     rejection_idle_s: float = 0.0  # target idle between a rejection and the next verify
-    prefill_beside: int = 0  # rounds the target ran while the draft prefilled the prompt
     lookup_rounds: int = 0  # rounds where the suffix index had a proposal
     lookup_won: int = 0  # of those, rounds whose draft used it (lookup alone or fused)
     lookup_proposed: int = 0  # lookup tokens verified

@@ -2,7 +2,6 @@
 the prefills, the policies a `duo` round consults, and the draft worker's end."""
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -85,20 +84,6 @@ def prefill_alone(run, budget: DraftBudget) -> Event:
         verdict, vspan = run.verify(Draft())
     run.telemetry.target_prefill(budget, vspan)
     return run.commit(Draft(), verdict)
-
-
-def rounds_beside_prefill(run, budget: DraftBudget, worker: DraftWorker) -> Iterator[Event]:
-    """The draft prefills the context at its decode threads while the target verifies the
-    lookup's drafts (or one token of its own) at its own, round after round until the
-    prefill ends (a copy-heavy prompt: the target would otherwise wait for it)."""
-    job = worker.submit(run.ctx, 0)
-    while not job.done():
-        run.telemetry.stats.prefill_beside += 1
-        ev = plain_round(run, budget, time.perf_counter())
-        yield ev
-        if ev.done:
-            return
-    run.telemetry.draft_prefill(job.result().timing, beside=True)
 
 
 def prefill_draft(run, drafter: Drafter, worker: DraftWorker) -> None:

@@ -121,12 +121,8 @@ class Telemetry:
         self.round(vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
         self.stats.gammas_used[budget.gamma] += 1
 
-    def draft_prefill(self, timing: DraftTiming, beside: bool = False) -> None:
-        """The draft's prompt prefill: a round of its own, or (`beside`) only its busy time,
-        the target's rounds beside it being in the log already."""
+    def draft_prefill(self, timing: DraftTiming) -> None:
         self.stats.draft_busy_s += timing.busy_s
-        if beside:
-            return
         span = timing.span
         self.round(span[0], span, (span[0], span[0]), 0, 0)
 

@@ -112,18 +112,6 @@ def test_long_verifies_measured_dear_make_the_lookup_shorter():
     assert len(dear.draft) <= 16 < len(cheap.draft)
 
 
-def test_rounds_beside_the_draft_prefill_only_where_the_copy_pays():
-    """The draft's prefill at its decode threads takes about twice as long: the target's rounds
-    go beside it when the lookup's continuation yields half duo's rate or more."""
-    sure, unsure = policy(0.99), policy(0.05)
-    assert sure[0].beside_prefill(sure[1], budget())
-    assert not unsure[0].beside_prefill(unsure[1], budget())
-    nothing = LookupPolicy(ContextLookup(list(range(40))), LookupBands(), "auto", False)
-    assert not nothing.beside_prefill(Run(list(range(40))), budget())
-    forced = policy(0.05, mode="on")
-    assert forced[0].beside_prefill(forced[1], budget())
-
-
 def test_the_worker_is_given_a_guess_only_where_batching_spares_decodes():
     """A confident copy goes to the worker as a guess when a batched decode of k tokens costs
     less than the k decodes it may spare; on a draft where a batch of k costs k steps, none."""

@@ -5,7 +5,6 @@ acceptance is learned apart from the model draft's."""
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -111,40 +110,6 @@ def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
     assert any(on.guesses) and not any(off.guesses)
     for (n_ctx, n), guess in zip(on.calls, on.guesses):
         assert len(guess) < max(n, 1)  # the last drafted token is never decoded
-
-
-class SlowPrefill(FakeDrafter):
-    """Its prompt prefill (a proposal of no tokens) ends only once the target has run three
-    forwards: the rounds beside it happen whatever the machine's speed."""
-
-    def __init__(self, Q, target: FakeTarget):
-        super().__init__(Q)
-        self.target = target
-
-    def propose(self, context, n, *args, **kw):
-        deadline = time.monotonic() + 10
-        while n == 0 and self.target.forwards < 3 and time.monotonic() < deadline:
-            time.sleep(0.001)
-        return super().propose(context, n, *args, **kw)
-
-
-@pytest.mark.parametrize("lookup", ["auto", "on"])
-def test_the_target_verifies_lookups_while_the_draft_prefills(lookup):
-    """With CPU prefills (prefill_threads) and a copy to continue, the target verifies the
-    index's drafts while the draft prefills the prompt beside it, not after; greedy ids stay
-    vanilla's."""
-    target = FakeTarget(P)
-    ids, sources, stats = run("duo", lookup, target=target, drafter=SlowPrefill(P, target),
-                              prefill_threads=2)
-    assert ids == run("vanilla")[0]
-    assert stats["prefill_beside"] >= 2 and stats["rounds_log"][1]["source"] == "lookup"
-    assert "lookup" in sources
-
-
-def test_without_a_lookup_the_draft_prefills_alone():
-    for lookup, prompt in (("off", COPY), ("auto", list(range(1, 20)))):  # no copy to continue
-        ids, _, stats = run("duo", lookup, prompt=prompt, prefill_threads=2)
-        assert ids == run("vanilla", prompt=prompt)[0] and stats["prefill_beside"] == 0
 
 
 def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
