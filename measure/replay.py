@@ -1,8 +1,11 @@
 """The benchmark's replay mode: the same requests twice in one process with the lookup memory
 kept between the passes and something changed (an edited prompt, another seed), so that
-remembering each prompt's answer is not enough; and the memory's reset between runs."""
+remembering each prompt's answer is not enough; and what runs hand on to each other: the
+memory's reset between runs, and each label's own learning (own_learning)."""
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from dataclasses import replace
 
 from measure.bench_summary import REPLAY
@@ -17,6 +20,32 @@ def forget(pair) -> None:
     memory = getattr(pair, "lookup_memory", None)
     if memory is not None:
         memory.clear()
+
+
+LEARNING = ("odds", "budgets", "held", "lookup_bands")  # core/learned.py: carried run to run
+
+
+@contextmanager
+def own_learning(pair, store: dict, label: str):
+    """The block's generations start from what this label's earlier runs learned (from the
+    warm-up's state at its first run) and hand on to its next run only. Two labels of one
+    method (duo, duo-nolookup) share the pair's learning; run back to back on each prompt,
+    the second started tuned to that very prompt by the first (its budget, its bands). One
+    code path against itself on the 15 copy-heavy prompts: the second run 6% faster by the
+    median with the learning shared, 2% with each label's own (bench/results/2026-11-25-s14)."""
+    learned = getattr(pair, "learned", None)
+    if learned is None:
+        yield
+        return
+    shared = {k: getattr(learned, k) for k in LEARNING}
+    for k, v in store.get(label, copy.deepcopy(shared)).items():
+        setattr(learned, k, v)
+    try:
+        yield
+    finally:
+        store[label] = {k: getattr(learned, k) for k in LEARNING}
+        for k, v in shared.items():
+            setattr(learned, k, v)
 
 
 def replay_config(cfg, change: str):

@@ -31,7 +31,8 @@ from models.pairs.catalog import PairError, get_pair  # noqa: E402
 from measure.bench_summary import (aggregate, markdown, ratio_pairs, ratios,  # noqa: E402,F401
                                    summarize)
 from measure.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
-from measure.replay import CHANGES, forget, replay_config, run_replay  # noqa: E402
+from measure.replay import (CHANGES, forget, own_learning, replay_config,  # noqa: E402
+                            run_replay)
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
@@ -158,14 +159,16 @@ def run_one(pair, ids, cfg) -> dict:
 def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]:
     """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
     alike; each run starts with the lookup memory empty (the method before it on the same
-    prompt would otherwise have left its answer there). `save(results)` after each prompt: a
+    prompt would otherwise have left its answer there) and from its own label's learning. `save(results)` after each prompt: a
     run that dies part-way keeps what it measured."""
     warm_up(runs, raw)
     results: dict[str, list] = {label: [] for label in runs}
+    learning: dict = {}  # label -> what its runs learned (measure/replay.py: own_learning)
     for i, q in enumerate(questions, 1):
         for label, (pair, cfg) in runs.items():
             forget(pair)
-            s = run_one(pair, pair.prompt_ids(q["prompt"], raw=raw), cfg)
+            with own_learning(pair, learning, label):
+                s = run_one(pair, pair.prompt_ids(q["prompt"], raw=raw), cfg)
             s["category"], s["question_id"] = q["category"], q["id"]
             results[label].append(s)
         log(f"[{i}/{len(questions)}] {q['category']}: " + ", ".join(

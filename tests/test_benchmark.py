@@ -118,6 +118,34 @@ def test_each_measured_run_starts_with_the_lookup_memory_empty(monkeypatch):
     assert seen[3:] == [1, 2, 3, 4, 5, 6]  # after the 3 warm-ups, one clear before each run
 
 
+def test_each_label_learns_from_its_own_runs_only(monkeypatch):
+    """duo and duo-nolookup share the pair's learning: each run starts from what its own
+    label's last run left (the warm-up's state at first), not from the other's run on the
+    same prompt; the pair's own learning is as the warm-up left it."""
+    from core.learned import Learned
+
+    pair, seen = MemoryPair(), []
+    pair.learned = Learned()
+
+    def one(p, ids, cfg):
+        label = "off" if cfg.lookup == "off" else "on"
+        seen.append((label, dict(pair.learned.budgets)))
+        pair.learned.budgets["duo"] = {"last": (label, ids[0])}
+        return stats(4, 1.0)
+
+    monkeypatch.setattr(bench, "run_one", one)
+    runs = {"duo": (pair, GenConfig(method="duo")),
+            "duo-nolookup": (pair, GenConfig(method="duo", lookup="off"))}
+    bench.run_all(runs, QUESTIONS[:2], False, lambda m: None)
+    measured = seen[2:]  # after the two warm-ups
+    warm = measured[0][1]
+    assert warm["duo"]["last"][0] == "off"  # what the last warm-up left
+    assert measured[1] == ("off", warm)  # not duo's run on the same prompt
+    assert measured[2][1]["duo"]["last"][0] == "on"  # its own first run, not duo-nolookup's
+    assert measured[3][1]["duo"]["last"][0] == "off"
+    assert pair.learned.budgets == warm
+
+
 def test_replay_keeps_the_memory_between_passes_and_changes_the_request(monkeypatch):
     from measure.replay import EDIT, run_replay
 
