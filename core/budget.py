@@ -74,6 +74,10 @@ class DraftBudget:
         slope = max(steps[top] - steps.get(top - 1, 0.0), 0.0)
         return (steps[top] + (k - top) * slope) * self.draft_scale
 
+    def batch_pays(self, n: int) -> bool:
+        """Whether a batched decode of some k <= n tokens costs less than k single steps."""
+        return any(self.batch_s(k) < k * self.draft_s(1) for k in range(2, n + 1))
+
     def verify_s(self, n: int) -> float:
         """The verify of `n` tokens: the profile's time scaled by what verifies of about that
         length measured (a long chunk beside the drafting thread may slow more than a short

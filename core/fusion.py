@@ -75,6 +75,8 @@ class LookupPolicy:
         after them to evaluate in one batch (its drafts stay its own): as long as the decodes
         it may spare (each token's pass rate from the bands, a proxy for the draft picking it
         too) outweigh the batch's cost (budget.batch_s); none where batching saves nothing."""
+        if not budget.batch_pays(n - 1):  # spares at most k steps: nothing to look up
+            return []
         found = self.proposal(run, pending, n - 1)
         step, reach, spared, best, keep = budget.draft_s(1), 1.0, 0.0, 0.0, 0
         for g, p in enumerate(self.bands.pass_probs(found.conf) if found else [], 1):

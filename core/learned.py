@@ -13,6 +13,7 @@ from core.budget import DraftBudget, LookupBands, Profile
 
 WIDE = 2.0  # online times this far off the profile (either way): measure the profile again
 CLOSE = 0.25  # a fresh profile within this of the old one: the old one was not the cause
+CARRIED = ("odds", "budgets", "held", "lookup_bands")  # learned; the rest is the draft's health
 
 
 @dataclass
@@ -31,6 +32,14 @@ class Learned:
         budget = DraftBudget(profile, overlap=overlap, fixed=fixed)
         budget.restore(self.budgets.get(method))
         return budget
+
+    def carried(self) -> dict:
+        """What generations learn and hand on (a benchmark keeps one set per label)."""
+        return {k: getattr(self, k) for k in CARRIED}
+
+    def carry(self, state: dict) -> None:
+        for k in CARRIED:
+            setattr(self, k, state[k])
 
     def keep(self, method: str, budget: DraftBudget) -> None:
         self.budgets[method] = budget.state()

@@ -22,9 +22,6 @@ def forget(pair) -> None:
         memory.clear()
 
 
-LEARNING = ("odds", "budgets", "held", "lookup_bands")  # core/learned.py: carried run to run
-
-
 @contextmanager
 def own_learning(pair, store: dict, label: str):
     """The block's generations start from what this label's earlier runs learned (from the
@@ -38,15 +35,13 @@ def own_learning(pair, store: dict, label: str):
     if learned is None:
         yield
         return
-    shared = {k: getattr(learned, k) for k in LEARNING}
-    for k, v in store.get(label, copy.deepcopy(shared)).items():
-        setattr(learned, k, v)
+    shared = learned.carried()
+    learned.carry(store.get(label) or copy.deepcopy(shared))
     try:
         yield
     finally:
-        store[label] = {k: getattr(learned, k) for k in LEARNING}
-        for k, v in shared.items():
-            setattr(learned, k, v)
+        store[label] = learned.carried()
+        learned.carry(shared)
 
 
 def replay_config(cfg, change: str):
