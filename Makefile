@@ -34,7 +34,7 @@ test: install browser
 
 # On a CUDA machine. Prepared by ../shared/gpu (no venv there): make test-gpu RUNPY=python3
 RUNPY ?= $(BIN)/python
-GPU_TESTS ?= tests/test_gpu.py
+GPU_TESTS ?= tests/test_gpu.py tests/test_flex_attention.py tests/test_owner_thread.py
 test-gpu:
 	TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 $(RUNPY) -m pytest -q -m gpu $(GPU_TESTS)
 

@@ -155,3 +155,42 @@ def test_switching_compiled_targets_frees_their_compiled_code():
         compiled, left = owner.call(load_run_close, seed)
         assert compiled == 1 and left == 0
     owner.stop()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_second_api_request_and_a_page_generation_record_no_new_cuda_graph(monkeypatch):
+    """The app's load warms the compiled target's CUDA graphs on the owner thread; the same
+    API request twice, then a page generation stepped from new threads, record none again."""
+    from torch._inductor import cudagraph_trees
+
+    from app.host import ModelHost, real_pair
+    from app.ui import App
+    from core.engine import GenConfig
+    from models.loader import LoadOptions
+
+    recorded: list[int] = []
+    original = cudagraph_trees.CUDAGraphTreeManager.record_function
+
+    def counted(self, *a, **kw):
+        recorded.append(threading.get_ident())
+        return original(self, *a, **kw)
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", counted)
+    opts = LoadOptions(device="cuda", target_compile="on", target_quant="none")
+    host = ModelHost(real_pair(opts))
+    list(host.prepare("smol-self", poll_s=0.05))
+    assert host.state == "ready", host.log
+    loaded = len(recorded)
+    ids = host.pair.prompt_ids("Count to five.")
+    cfg = GenConfig(method="duo", max_new_tokens=24)
+    asyncio.run(_api_job(host, ids, cfg))
+    first = len(recorded)
+    asyncio.run(_api_job(host, ids, cfg))
+    second = len(recorded)
+    page = App(host, "smol-self").chat(SimpleNamespace(session_hash="graphs"), "Count to five.",
+                                       [], "smol-self", False, "",
+                                       "duo", 24, 0.0, 1.0, 0, 0, "auto", 5, True, 4, 1.0)
+    assert any("done:" in str(u) for u in stepped_from_new_threads(page))
+    host.close()
+    assert loaded > 0 and set(recorded) == {host.owner.ident}
+    assert len(recorded) == second == first, (loaded, first, second, len(recorded))
