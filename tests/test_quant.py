@@ -317,3 +317,28 @@ def test_int8_gives_way_to_a_faster_precision_that_fits():
     quick = pick_quant(dims, 8192, replace(budget, speeds={"int8": 5.0, "int4": 6.0}))
     assert quick.kind == "int8" and memory.INT8_COST not in quick.reason
     assert pick_quant(dims, 8192, card(24, "cuda:0")).kind == "none"  # bf16 fits: no question
+
+
+def test_a_save_racing_another_writer_leaves_one_whole_copy(tmp_path, monkeypatch):
+    """Two processes quantizing the same model (two app starts, two test workers) each write a
+    folder of their own; the one whose rename finds the other's copy in place drops its own."""
+    import torch
+
+    from measure.gpu_bench import TINY, random_model
+    from models.target import quant
+
+    model = random_model(TINY, "cpu", torch.float32)
+    quant.quantize(model, "int8", "cpu")
+    folder, rename = tmp_path / "q", type(tmp_path).rename
+
+    def other_writer_first(self, target):
+        monkeypatch.setattr(type(tmp_path), "rename", rename)
+        quant.save_quantized(model, folder, "int8", "cpu")  # lands between our write and rename
+        return rename(self, target)
+    monkeypatch.setattr(type(tmp_path), "rename", other_writer_first)
+    assert quant.save_quantized(model, folder, "int8", "cpu") == folder
+    assert [p.name for p in tmp_path.iterdir()] == ["q"]  # no half-written or stale folder
+    again = quant.load_quantized(folder, "int8", "cpu", torch.float32)
+    ids = torch.tensor([[5, 9, 2]])
+    with torch.inference_mode():
+        assert torch.equal(again(ids).logits, model(ids).logits)

@@ -6,6 +6,8 @@ import hashlib
 import json
 import logging
 import platform
+import shutil
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager
@@ -237,17 +239,18 @@ def save_quantized(model: torch.nn.Module, folder: str | Path, kind: str, device
 
     _allow_cpu_int4()
     folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)  # a folder of this writer's own:
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".tmp", dir=folder.parent))
     state = {k: v for k, v in model.state_dict().items() if k not in _tied_keys(model)}
     tensors, meta = flatten_tensor_state_dict(state)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS), metadata=meta)
     model.config.save_pretrained(str(tmp))
     (tmp / STAMP).write_text(json.dumps(cache_key(kind, device, model.dtype, group), indent=1) + "\n")
-    if folder.exists():
-        import shutil
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    except OSError:  # another process saved the same model meanwhile: its copy is as good
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
