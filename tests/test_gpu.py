@@ -21,6 +21,9 @@ TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.p
 # compiles (about 15 CPU seconds a chunk size on a cold cache) and the others find its kernels
 # in the on-disk inductor cache; on cuda each test keeps its own shapes.
 CPU_CTX, CPU_BUCKETS = 600, (1, 8)
+# a compile of smol-self's step on cuda takes about 30 s a chunk size (H200, 2026-11-26): the
+# pairs loaded here compile three sizes, not the app's six (chunks pad up to the next size)
+GPU_BUCKETS = (1, 8, 32)
 
 
 @pytest.fixture(params=DEVICES)
@@ -181,7 +184,7 @@ def quant_pair(request, pair_with):
         yield pair_with(target_quant=quant, dtype=dtype)
         return
     pair = Pair("smol-self", LoadOptions(device=device, dtype=dtype, target_quant=quant,
-                                         target_compile="on"))
+                                         target_compile="on", compile_buckets=GPU_BUCKETS))
     yield pair
     pair.close()
 

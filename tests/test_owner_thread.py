@@ -176,7 +176,10 @@ def test_a_second_api_request_and_a_page_generation_record_no_new_cuda_graph(mon
         recorded.append(threading.get_ident())
         return original(self, *a, **kw)
     monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", counted)
-    opts = LoadOptions(device="cuda", target_compile="on", target_quant="none")
+    from tests.test_gpu import GPU_BUCKETS
+
+    opts = LoadOptions(device="cuda", target_compile="on", target_quant="none",
+                       compile_buckets=GPU_BUCKETS)
     host = ModelHost(real_pair(opts))
     list(host.prepare("smol-self", poll_s=0.05))
     assert host.state == "ready", host.log
