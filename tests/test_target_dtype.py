@@ -1,6 +1,6 @@
 """The target's dtype: float32 on the CPU by default (exact greedy, tested in
 test_real_lossless.py); in bfloat16, as on cuda, verifying n tokens at once rounds differently
-from n single steps, so greedy output may leave the oracle's, but only at rounding ties."""
+from n single steps, so greedy output may leave the target's own choice, but only at ties."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,6 @@ import pytest
 from core.engine import GenConfig
 from models.target.eager import pick_dtype
 from scripts.benchmark import run_one
-from tests.conftest import vanilla_ids
 
 PROMPTS = ["Why is the sky blue?", "What is 17 times 23? Show the steps.",
            "Write a Python function that reverses a linked list.",
@@ -38,18 +37,24 @@ def tokens(pair, ids, method):
 
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
-def test_bfloat16_leaves_the_oracle_only_at_rounding_ties(bf16_pair, method):
+def test_bfloat16_leaves_the_target_s_choice_only_at_rounding_ties(bf16_pair, method):
+    """Every token `sps` and `duo` give in bfloat16 is the target's greedy choice after the
+    same prefix, or within a rounding tie of it. The target's logits for every position come
+    from one forward of the prompt and the answer (rounded as a verify chunk is): vanilla's
+    64 single steps a prompt (30 CPU seconds on a cold cache, bfloat16 is slow on a CPU) gave
+    the reference only up to the first token that left it; this checks every token."""
+    rejected = 0
     for prompt in PROMPTS:
         ids = bf16_pair.prompt_ids(prompt)
-        expected = vanilla_ids(bf16_pair, ids, N)  # bfloat16's own oracle, once per prompt
         got, stats = tokens(bf16_pair, ids, method)
-        assert stats["target_dtype"] == "bfloat16"
-        i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
-        if i is None:
-            assert got == expected
-            continue
+        assert stats["target_dtype"] == "bfloat16" and 0 < len(got) <= N
+        rejected += stats["drafted"] - stats["accepted"]
         bf16_pair.target.rollback(0)
-        logits = bf16_pair.target.logits(ids + expected[:i], 1)[0].cpu().numpy()
-        top = float(np.max(logits))
-        assert top - logits[expected[i]] <= TIE and top - logits[got[i]] <= TIE, \
-            f"{method} left the oracle at token {i} of {prompt!r} without a tie"
+        rows = bf16_pair.target.logits(ids + got, len(got) + 1).float().cpu().numpy()
+        gap = rows.max(-1)[:-1] - rows[np.arange(len(got)), got]
+        assert (gap <= TIE).all(), \
+            f"{method} left the target's choice at token {int(gap.argmax())} of {prompt!r}"
+        if len(got) < N:  # it ended where the target's choice (or a tie) is an end id
+            eos = sorted(bf16_pair.target.eos_ids)
+            assert stats["stop_reason"] == "eos" and rows[-1].max() - rows[-1][eos].max() <= TIE
+    assert rejected > 0  # rolled back in bfloat16
