@@ -86,9 +86,13 @@ P_TARGET = markov(V, seed=1, sharp=0.7)
 Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejections
 
 
-# coupled: sps and duo give vanilla's text for every seed (tests/test_seeded.py); one case here
+# coupled: sps and duo give vanilla's text seed for seed (tests/test_seeded.py, duo at gamma 3
+# included, at both samplings here), so their counts are vanilla's, tested here. A fault that
+# changes the law by a total variation d (what 2000 samples catch from d = 0.092, above)
+# changes the text on a share >= d of the seeds: test_seeded's 60 seeds a run see d = 0.092
+# with probability 1 - 0.908^60 = 0.997 (at 12 tokens a seed, not 3), so no coupled case here
 @pytest.mark.parametrize("method,gamma,sampler", [
-    ("vanilla", None, "coupled"), ("duo", 3, "coupled"),
+    ("vanilla", None, "coupled"),
     ("sps", 2, "rejection"), ("sps", 4, "rejection"), ("duo", 1, "rejection"),
     ("duo", 3, "rejection")])
 @pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.8, top_k=3, top_p=0.9)],
@@ -100,10 +104,11 @@ def test_joint_distribution_matches_target(method, gamma, sampler, sampling):
 
 
 @pytest.mark.parametrize("method,gamma,sampler", [("vanilla", None, "coupled"),
-                                                  ("duo", 3, "coupled"),
                                                   ("duo", 3, "rejection")])
 def test_device_side_rows_stay_lossless(method, gamma, sampler):
-    """The torch targets reduce rows on their device (models/target/sampling.py)."""
+    """The torch targets reduce rows on their device (models/target/sampling.py). Coupled
+    duo: the device's coupled choice is the reference's, row for row
+    (tests/test_target_static.py), and the reference's text vanilla's (tests/test_seeded.py)."""
     sampling = SamplingConfig(0.8, top_k=3, top_p=0.9)
     counts, _ = sample_joint(method, sampling, gamma, P_TARGET, Q_DRAFT,
                              n_samples(method), target_class=DeviceRowsTarget, sampler=sampler)

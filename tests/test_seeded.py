@@ -20,8 +20,8 @@ P_TARGET = markov(V, seed=1, sharp=0.7)
 Q_DRAFT = markov(V, seed=2, sharp=0.7)
 SAMPLINGS = [SamplingConfig(1.0), SamplingConfig(0.5), SamplingConfig(0.8, top_k=3, top_p=0.9)]
 RUNS = {"sps-g2": dict(method="sps", gamma=2), "sps-g5": dict(method="sps", gamma=5),
-        "duo-g1": dict(method="duo", gamma=1), "duo-g3-seq": dict(method="duo", gamma=3,
-                                                                  sequential=True),
+        "duo-g1": dict(method="duo", gamma=1), "duo-g3": dict(method="duo", gamma=3),
+        "duo-g3-seq": dict(method="duo", gamma=3, sequential=True),
         "duo-auto": dict(method="duo"), "duo-k3": dict(method="duo", gamma=4, static_k=3),
         "duo-dynamic": dict(method="duo", gamma=3, theta_scale=0.05),
         "duo-nopredraft": dict(method="duo", gamma=3, predraft=False)}
