@@ -1,6 +1,7 @@
 """Pairs whose tokenizers differ. Greedy: gemma-smol (Gemma-3 target, SmolLM2 draft) with sps
-and duo gives the target-only decoder's tokens exactly. Sampling: fakes whose vocabularies
-differ (a translating fake drafter) keep the target's distribution (chi-square)."""
+and duo gives the target-only decoder's tokens exactly, under a schema and biases too.
+Sampling: fakes whose vocabularies differ (a translating fake drafter) keep the target's
+distribution (chi-square)."""
 from __future__ import annotations
 
 import itertools
@@ -280,6 +281,22 @@ def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
         assert 0 < len(got) <= N
         v = stats["vocab"]
         assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"]
+
+
+def test_different_tokenizers_mask_the_target_alone(gemma_pair):
+    """gemma-smol under tests/test_grammar.py's fields (here: the session's gemma-smol is
+    loaded in this file): the draft proposes unadjusted (its ids are not the target's);
+    greedy `sps` and `duo` still equal `vanilla` under a schema and biases."""
+    from tests.test_grammar import ADJUSTED
+    from tests.test_grammar import PROMPTS as ASKS
+    from tests.test_grammar import run as run_adjusted
+
+    fields = {**ADJUSTED["everything"], "logit_bias": {236772: 1.5}}
+    want = run_adjusted(gemma_pair, ASKS[0], n=32, method="vanilla", **fields)[0]
+    assert gemma_pair.decode(want).startswith('{"answer": ')
+    for method in ("sps", "duo"):
+        gemma_pair.lookup_memory.clear()  # vanilla's answer must not draft it: the model does
+        assert run_adjusted(gemma_pair, ASKS[0], n=32, method=method, **fields)[0] == want
 
 
 def test_q_rows_have_the_target_logit_width_when_the_tokenizer_is_longer():

@@ -1,7 +1,8 @@
 """response_format, logit_bias, penalties and logprobs on the real smol-self pair: greedy
 `sps` and `duo` equal the adjusted target alone (`vanilla`) token for token (on the compiled
 static target: tests/test_target_static.py, which compiles it once); a schema's output
-validates and ends with EOS; a tool answer that starts as text is free after its start."""
+validates and ends with EOS; a tool answer that starts as text is free after its start
+(gemma-smol, whose draft proposes unadjusted: tests/test_cross_tokenizer.py)."""
 from __future__ import annotations
 
 import json
@@ -33,14 +34,19 @@ def run(pair, prompt, n=48, **kw):
     return tokens, events[-1].stats, [lp for e in events for lp in (e.logprobs or [])]
 
 
-# duo's own gamma and a fixed one run one code path: they share the prompts out (drafts are
-# rejected on both prompts under every field set, at either gamma)
+# duo's own gamma and a fixed one run one code path: they share the prompts out (at a fixed
+# gamma, drafts are rejected on both prompts under every field set). The field sets that
+# test one kind of adjustment each (a schema; biases and penalties) take one prompt each,
+# `everything` (a schema, a bias and a penalty at once) both: each runs sps and duo
 METHODS = ((("sps", 4), ("duo", None)), (("sps", 4), ("duo", 2)))
+SHARES = {"schema": (0,), "bias+penalties": (1,), "everything": (0, 1)}
 
 
-@pytest.mark.parametrize("fields", ADJUSTED.values(), ids=ADJUSTED.keys())
-def test_greedy_equals_vanilla_eager(smol_pair, fields):
-    for prompt, methods in zip(PROMPTS, METHODS):
+@pytest.mark.parametrize("name", ADJUSTED)
+def test_greedy_equals_vanilla_eager(smol_pair, name):
+    fields = ADJUSTED[name]
+    for i in SHARES[name]:
+        prompt, methods = PROMPTS[i], METHODS[i]
         want = run(smol_pair, prompt, method="vanilla", **fields)[0]
         plain = vanilla_ids(smol_pair, smol_pair.prompt_ids(prompt), 48)
         assert want != plain  # the fields bite
@@ -48,7 +54,10 @@ def test_greedy_equals_vanilla_eager(smol_pair, fields):
             smol_pair.lookup_memory.clear()  # vanilla's answer must not draft it: the model does
             got, stats, _ = run(smol_pair, prompt, method=method, gamma=gamma, **fields)
             assert got == want, f"{method} gamma={gamma} differs on {prompt!r}"
-            assert stats["drafted"] > stats["accepted"], (method, gamma)  # rejections seen
+            assert stats["drafted"] > 0, (method, gamma)  # the model's drafts, masked
+            # rejections seen at a fixed gamma; duo's own follows this machine's timings and
+            # may take a wrong guess's place as a round's bonus token (seen once, under load)
+            assert gamma is None or stats["drafted"] > stats["accepted"], (method, gamma)
 
 
 def test_schema_output_validates_and_stops(smol_pair):
@@ -89,16 +98,6 @@ def test_a_bad_schema_is_refused(smol_pair):
                                                   "schema": {"type": "object", "minProperties": "x"}}}
     with pytest.raises(ValueError, match="response_format"):
         run(smol_pair, PROMPTS[0], n=4, method="duo", response_format=bad)
-
-
-def test_different_tokenizers_mask_the_target_alone(gemma_pair):
-    """gemma-smol: the draft proposes unadjusted (its ids are not the target's); greedy `sps`
-    and `duo` still equal `vanilla` under a schema and biases."""
-    fields = {**ADJUSTED["everything"], "logit_bias": {236772: 1.5}}
-    want = run(gemma_pair, PROMPTS[0], n=32, method="vanilla", **fields)[0]
-    assert gemma_pair.decode(want).startswith('{"answer": ')
-    for method in ("sps", "duo"):
-        assert run(gemma_pair, PROMPTS[0], n=32, method=method, **fields)[0] == want
 
 
 TOOL_AUTO = {"type": "tool_calls", "required": False, "parallel": True, "text": None,
