@@ -198,8 +198,9 @@ def test_the_profiler_s_probes_stay_out_of_a_generation_s_counters():
 
 
 # -- the real pair: gemma-smol, greedy ------------------------------------------------------------
+# plain English twice (the scripts below hold English too): "Why is the sky blue?" and a
+# list were two more prompts here (13 CPU seconds cold, oracle and method)
 PROMPTS = [
-    "Why is the sky blue?",
     "Translate into French: 'Where is the train station?'",
     "Le petit déjeuner français typique comprend",
     "请用中文介绍一下长城。",
@@ -208,7 +209,6 @@ PROMPTS = [
     "SELECT name, COUNT(*) FROM orders",
     "I love pizza 🍕 and ice cream 🍦 because",
     "Emoji story: 🐶➡️🏠, then",
-    "List three tips for staying focused while studying:\n1.",
     "Solve for x: 3x + 7 = 22. Step 1:",
     "Context: Paris is the capital of France. Question: What is the capital of France? Answer:",
 ]
@@ -246,13 +246,13 @@ def test_gemma_smol_loads_a_translating_vocabulary(gemma_pair):
 # kind (English, French, Chinese, code, emoji; each sees rejections and checks so), and
 # duo-k2-seq (two verify rows a round, the slowest) runs the ones whose cuts differ most
 # between the tokenizers: accents, Chinese, emoji with joiners, code.
-HARD = (2, 3, 8, 5)
+HARD = (1, 2, 7, 4)
 
 
 @pytest.mark.parametrize("method,opts,prompts", [
-    ("sps", {}, (0, 2, 4, 6, 8, 10)),
+    ("sps", {}, (1, 3, 5, 7, 8)),
     ("duo", {"gamma": 3, "static_k": 2, "sequential": True}, HARD),
-    ("duo", {}, (1, 3, 5, 7, 9, 11)),
+    ("duo", {}, (0, 2, 4, 6, 9)),
 ], ids=["sps", "duo-k2-seq", "duo-multi"])
 def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts, prompts):
     kept = rejected = 0
@@ -274,7 +274,7 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
 def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
     gemma_pair.drafter.vocab.stats()  # counters from here on (earlier tests ran greedy)
     # accents for sps, Chinese for duo: cuts differ most (each method's own sampled rounds)
-    for prompt, method in zip(PROMPTS[2:4], ("sps", "duo")):
+    for prompt, method in zip(PROMPTS[1:3], ("sps", "duo")):
         ids, _ = oracle[prompt]
         got, stats = run(gemma_pair, ids, method=method, sampling=SamplingConfig(0.8),
                          seed=3, multi_seq=False, lookup="off")  # the draft's tokens
