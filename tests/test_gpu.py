@@ -20,7 +20,7 @@ TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.p
 # The CPU twins compile the tiny model at one window and one set of chunk sizes, so the first
 # compiles (about 15 CPU seconds a chunk size on a cold cache) and the others find its kernels
 # in the on-disk inductor cache; on cuda each test keeps its own shapes.
-CPU_CTX, CPU_BUCKETS = 600, (1, 4, 8)  # two sizes past 1: the dynamic chunk, as the app's
+CPU_CTX, CPU_BUCKETS = 600, (1, 4, 16)  # two sizes past 1: the dynamic chunk, as the app's
 # a compile of smol-self's step on cuda takes about 30 s a chunk size (H200, 2026-11-26): the
 # pairs loaded here compile three sizes, not the app's six (chunks pad up to the next size)
 GPU_BUCKETS = (1, 8, 32)
@@ -168,7 +168,7 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
 
 
 def test_one_dynamic_graph_serves_every_chunk_length(device):
-    """Chunks of 1 to 8 tokens, across the 256 span, on a target compiled for (1, 4, 8): each
+    """Chunks of 1 to 16 tokens, across the 256 span, on a target compiled for (1, 4, 16): each
     gives the eager static target's logits, and after the warm-up no graph is compiled (the
     1-token step and the dynamic chunk serve all) and no CUDA graph skipped. On the CPU a chunk
     runs at its own length; on cuda it pads to a size (a CUDA graph per size)."""
@@ -180,12 +180,13 @@ def test_one_dynamic_graph_serves_every_chunk_length(device):
     graphs = counters["stats"]["unique_graphs"]
     skips = counters["inductor"]["cudagraph_skips"]
     try:
-        assert [target._size(n) for n in (1, 3, 5)] == ([1, 4, 8] if device == "cuda" else
-                                                        [1, 3, 5])
+        from models.target.static import EXACT_FROM
+        lengths = (1, 3, EXACT_FROM + 1)  # on the CPU past EXACT_FROM unpadded
+        assert [target._size(n) for n in lengths] == [1, 4, 16 if device == "cuda" else 9]
         for t in (target, reference):
             t.logits(ids[:240], 1)
         n = 240
-        for size in (1, 2, 3, 4, 5, 6, 7, 8, 1, 5, 3):  # 240 + 45: past the 256 span
+        for size in (1, 2, 3, 9, 5, 6, 11, 8, 1, 16, 3):  # 240 + 65: past the 256 span
             rows = target.logits(ids[n:n + size], size)
             want = reference.logits(ids[n:n + size], size)
             torch.testing.assert_close(rows, want, rtol=1e-4, atol=1e-4)

@@ -1,8 +1,9 @@
 """The fast target path: K/V preallocated per layer and written at absolute positions, each
 forward attending only over a length bucket just past what the sequence holds
-(models/target/attention.py); verify chunks padded to a few sizes and compiled (CUDA graphs on
-cuda), one upload (position and ids) and one download (argmaxes, or what the sampled
-verifier needs) a round; long prompts prefilled eagerly in big chunks on the same buffers.
+(models/target/attention.py); verify chunks compiled with their length dynamic (on cuda
+padded to a few sizes, a CUDA graph each), one upload (position and ids) and one download
+(argmaxes, or what the sampled verifier needs) a round; long prompts prefilled eagerly in big
+chunks on the same buffers.
 
 A rollback only moves `n_cached`: later writes overwrite the stale slots, and the mask
 (built from the positions) never lets a query see a slot past its own position."""
@@ -30,6 +31,10 @@ from models.target.eager import TorchTarget, _check_chunk
 
 
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
+# CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
+# the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
+# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4
+EXACT_FROM = 8
 
 
 class StaticTarget(TorchTarget):
@@ -148,8 +153,8 @@ class StaticTarget(TorchTarget):
 
     # -- the forwards -----------------------------------------------------------------------
     def _chunk(self, piece: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """One padded compiled forward at position n_cached: (argmax per row, logits rows in
-        the model's dtype, before any softcap), both on the device. One host-to-device copy:
+        """One compiled forward at position n_cached, `_size` long: (argmax per row, logits
+        rows in the model's dtype, before any softcap), both on the device. One host-to-device copy:
         the position and the ids."""
         size = self._size(len(piece))
         n = self.n_cached
@@ -177,10 +182,10 @@ class StaticTarget(TorchTarget):
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
     def _size(self, n: int) -> int:
-        """The chunk's length in the graph: on the CPU with a dynamic chunk, its own (no
-        padding: the cost follows the tokens); else the bucket that holds it (a CUDA graph
+        """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
+        EXACT_FROM (the cost follows the tokens); else the bucket that holds it (a CUDA graph
         is recorded per length)."""
-        if self._exact and n > 1:
+        if self._exact and n > EXACT_FROM:
             return n
         return next(b for b in self.buckets if b >= n)
 
@@ -248,9 +253,9 @@ def release_compiled() -> None:
 def _compiled(fn, cuda: bool, quant: str = "none"):
     """torch.compile of the decode step: the span and the chunk length dynamic, so one graph
     serves chunks of 2..32 (dynamo keeps a length of 1 apart: the plain round's own graph) and
-    every span; two compiles, not one per chunk size (195 against 94 CPU seconds cold for
-    smol-self on a 2-core EPYC). On cuda a CUDA graph is recorded per chunk size and span
-    bucket (mode reduce-overhead); chunks are still padded to the buckets for that.
+    every span; two compiles, not one per chunk size (78 against 195 CPU seconds cold for
+    smol-self's six sizes on a 2-core EPYC). On cuda a CUDA graph is recorded per chunk size
+    and span bucket (mode reduce-overhead); chunks are still padded to the buckets for that.
     A quantized target's compile gets torchao's inductor settings, for this compile only."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")  # kept across starts
     options = {"triton.cudagraphs": cuda}  # what mode="reduce-overhead" sets
