@@ -76,14 +76,15 @@ def _uses_app(item) -> bool:
     return item is not None and "app_process" in getattr(item, "fixturenames", ())
 
 
-# The slowest files first (by their seconds in a whole-suite run, 2026-11-25 16:30 UTC,
-# junit times; test_target_static compiles the suite's one compiled target): `make test`
+# The slowest files first (by their seconds in a cold fresh-clone run, 2026-11-26, junit
+# times; the app's and the browser's files lead, as they share the app process): `make test`
 # hands whole files to two workers in this order, so no long file is left for the end.
-SLOW_FILES = ("test_app", "test_browser", "test_cross_tokenizer", "test_gpu_report",
-              "test_sampling_lossless", "test_target_static", "test_cli", "test_grammar",
-              "test_context", "test_soak", "test_quant_target", "test_real_lossless",
-              "test_multi_seq", "test_quant", "test_draft_format", "test_api_fields",
-              "test_vocab", "test_api", "test_constraints", "test_target_dtype")
+SLOW_FILES = ("test_app", "test_browser", "test_target_static", "test_cross_tokenizer",
+              "test_quant_target", "test_real_lossless", "test_multi_seq",
+              "test_sampling_lossless", "test_context", "test_grammar", "test_gpu", "test_quant",
+              "test_soak", "test_api_fields", "test_flex_attention", "test_constraints",
+              "test_seeded", "test_api", "test_cli", "test_lookup_lossless", "test_api_agents",
+              "test_benchmark")
 
 
 @pytest.hookimpl(trylast=True)
