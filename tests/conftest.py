@@ -77,8 +77,9 @@ def _uses_app(item) -> bool:
 
 
 # The slowest files first (by their seconds in a cold fresh-clone run, 2026-11-26, junit
-# times; the app's and the browser's files lead, as they share the app process): `make test`
-# hands whole files to two workers in this order, so no long file is left for the end.
+# times), after the app's and the browser's files (first as before: each starts the app
+# process): `make test` hands whole files to two workers in this order, so no long file is
+# left for the end.
 SLOW_FILES = ("test_app", "test_browser", "test_target_static", "test_cross_tokenizer",
               "test_quant_target", "test_real_lossless", "test_multi_seq",
               "test_sampling_lossless", "test_context", "test_grammar", "test_gpu", "test_quant",
