@@ -18,7 +18,7 @@ PROMPTS = ["Write a haiku about the sea.", "What is 17 times 23? Explain briefly
 N = 48
 TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.py)
 # The CPU twins compile the tiny model at one window and one set of chunk sizes, so the first
-# compiles (about 15 CPU seconds a chunk size on a cold cache) and the others find its kernels
+# compiles (two graphs: the 1-token step and the dynamic chunk) and the others find its kernels
 # in the on-disk inductor cache; on cuda each test keeps its own shapes.
 CPU_CTX, CPU_BUCKETS = 600, (1, 4, 16)  # two sizes past 1: the dynamic chunk, as the app's
 # a compile of smol-self's step on cuda takes about 30 s a chunk size (H200, 2026-11-26): the

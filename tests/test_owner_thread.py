@@ -168,6 +168,7 @@ def test_a_second_api_request_and_a_page_generation_record_no_new_cuda_graph(mon
     from app.host import ModelHost, real_pair
     from core.engine import GenConfig
     from models.loader import LoadOptions
+    from tests.test_gpu import GPU_BUCKETS
 
     recorded: list[int] = []
     original = cudagraph_trees.CUDAGraphTreeManager.record_function
@@ -176,8 +177,6 @@ def test_a_second_api_request_and_a_page_generation_record_no_new_cuda_graph(mon
         recorded.append(threading.get_ident())
         return original(self, *a, **kw)
     monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", counted)
-    from tests.test_gpu import GPU_BUCKETS
-
     opts = LoadOptions(device="cuda", target_compile="on", target_quant="none",
                        compile_buckets=GPU_BUCKETS)
     host = ModelHost(real_pair(opts))
