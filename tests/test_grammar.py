@@ -35,16 +35,18 @@ def run(pair, prompt, n=48, **kw):
 
 
 # duo's own gamma and a fixed one run one code path: they share the prompts out (at a fixed
-# gamma, drafts are rejected on both prompts under every field set). The field sets that
+# gamma, drafts are rejected on both prompts under every field set: 3 to 6 of about 40 on
+# one host, down to none on the second prompt at gamma 4 on another's numerics, whence 6
+# there, and the rejections counted over a test's runs). The field sets that
 # test one kind of adjustment each (a schema; biases and penalties) take one prompt each,
 # `everything` (a schema, a bias and a penalty at once) both: each runs sps and duo
-METHODS = ((("sps", 4), ("duo", None)), (("sps", 4), ("duo", 2)))
+METHODS = ((("sps", 4), ("duo", None)), (("sps", 6), ("duo", 2)))
 SHARES = {"schema": (0,), "bias+penalties": (1,), "everything": (0, 1)}
 
 
 @pytest.mark.parametrize("name", ADJUSTED)
 def test_greedy_equals_vanilla_eager(smol_pair, name):
-    fields = ADJUSTED[name]
+    fields, rejected = ADJUSTED[name], 0
     for i in SHARES[name]:
         prompt, methods = PROMPTS[i], METHODS[i]
         want = run(smol_pair, prompt, method="vanilla", **fields)[0]
@@ -55,9 +57,10 @@ def test_greedy_equals_vanilla_eager(smol_pair, name):
             got, stats, _ = run(smol_pair, prompt, method=method, gamma=gamma, **fields)
             assert got == want, f"{method} gamma={gamma} differs on {prompt!r}"
             assert stats["drafted"] > 0, (method, gamma)  # the model's drafts, masked
-            # rejections seen at a fixed gamma; duo's own follows this machine's timings and
-            # may take a wrong guess's place as a round's bonus token (seen once, under load)
-            assert gamma is None or stats["drafted"] > stats["accepted"], (method, gamma)
+            if gamma is not None:  # duo's own gamma follows this machine's timings and may
+                # take a wrong guess's place as a round's bonus token (seen once, under load)
+                rejected += stats["drafted"] - stats["accepted"]
+    assert rejected > 0  # the adjusted target turned some drafts down
 
 
 def test_schema_output_validates_and_stops(smol_pair):
