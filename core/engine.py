@@ -19,7 +19,7 @@ from core.logprobs import emitted
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.rounds import (branch_policy, close_worker, flat_profile, plain_round,
+from core.rounds import (branch_policy, close_worker, flat_profile, plain_round, round_alone,
                          predraft_plan, prefill_alone, prefill_draft)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
@@ -253,6 +253,12 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                     return
                 continue
             pick = run.lookup.pick(run, budget, draft, beside=True) if run.lookup else None
+            if pick is not None and pick.solo:  # the lookup on every core, no chunk beside
+                ev, draft, short = round_alone(run, budget, start, pick), Draft(), False
+                yield ev
+                if ev.done:
+                    return
+                continue
             if pick is not None and pick.draft is not draft:  # the lookup's, or fused
                 draft, short = pick.draft, False
             size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)

@@ -19,10 +19,13 @@ PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (b
 @dataclass
 class Pick:
     """What a round verifies: `source` is model, lookup, fused (the model's chunk extended by
-    the lookup) or plain (no draft); `offered`: the index had a proposal this round."""
+    the lookup) or plain (no draft); `offered`: the index had a proposal this round; `solo`:
+    verified alone, the worker idle (no chunk drafted beside it), on every core where that
+    is faster."""
     draft: Draft
     source: str
     offered: bool = False
+    solo: bool = False
 
 
 class LookupPolicy:
@@ -51,15 +54,17 @@ class LookupPolicy:
             return own
         if self.mode == "on":
             found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
-            return Pick(base.plus(found.tokens, found.conf, self.sampled), source, True)
+            return Pick(base.plus(found.tokens, found.conf, self.sampled), source, True,
+                        budget.solo and not beside)  # the worker is idle: the solo count
         model_p, miss = [budget.alpha] * len(model), _miss_s(budget)
         options = []
         for found, base, source, prior in ((alone, Draft(), "lookup", []),
                                            (fused, model, "fused", model_p)):
-            if found:
-                rate, n = self._best_length(budget, prior, found, beside, miss)
-                draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
-                options.append((rate, Pick(draft, source, True)))
+            for solo in (False, True) if budget.solo else (False,):
+                if found:
+                    rate, n = self._best_length(budget, prior, found, beside, miss, solo)
+                    draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
+                    options.append((rate, Pick(draft, source, True, solo)))
         best = max(options, key=lambda o: o[0])
         if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
             self.lost = 0
@@ -97,9 +102,10 @@ class LookupPolicy:
         return found
 
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
-                     beside: bool, miss: float) -> tuple[float, int]:
+                     beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf)
-        rates = [self._rate(budget, prior + probs[:n], beside, len(prior), miss)
+        rate = _solo_rate if solo else self._rate
+        rates = [rate(budget, prior + probs[:n], beside, len(prior), miss)
                  for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
@@ -122,6 +128,17 @@ class LookupPolicy:
             miss = _miss_s(budget) if miss is None else miss
             t = max(t, budget.draft_s(size)) + (1 - ready) * miss
         return tokens / max(t, 1e-9)
+
+
+def _solo_rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int,
+               miss: float) -> float:
+    """Expected tokens per second of a solo round: the verify alone, no chunk drafted beside
+    it to compete for the cores and memory (on every core where that is faster). Where a
+    chunk could have been drafted (`beside`), the next round starts without one unless the
+    index goes on: a round where not every token passes pays `miss`."""
+    tokens, reach = expected_tokens(probs)
+    t = budget.solo_verify_s(len(probs) + 1) + (1 - reach) * miss * beside
+    return tokens / max(t, 1e-9)
 
 
 def _chunk_ready(probs: list[float], model_n: int, alpha: float, size: int) -> float:

@@ -58,6 +58,7 @@ class GenerationStats:
     rejection_idle_s: float = 0.0  # target idle between a rejection and the next verify
     lookup_rounds: int = 0  # rounds where the suffix index had a proposal
     lookup_won: int = 0  # of those, rounds whose draft used it (lookup alone or fused)
+    lookup_solo: int = 0  # of those, rounds verified on every core, the worker idle
     lookup_proposed: int = 0  # lookup tokens verified
     lookup_accepted: int = 0  # of those, accepted
     lookup_emitted: int = 0  # lookup tokens in the output (accepted, before a stop)
@@ -126,8 +127,8 @@ class GenerationStats:
             predraft_hit_rate=self.predraft_hits / self.rejections if self.rejections else 0.0,
             lookup=self.lookup_dict(),
         )
-        for k in ("lookup_rounds", "lookup_won", "lookup_proposed", "lookup_accepted",
-                  "lookup_emitted"):
+        for k in ("lookup_rounds", "lookup_won", "lookup_solo", "lookup_proposed",
+                  "lookup_accepted", "lookup_emitted"):
             del d[k]
         return d
 
@@ -135,7 +136,7 @@ class GenerationStats:
     def lookup_dict(self) -> dict:
         """The suffix index's part: rounds it proposed in, rounds it won, its tokens proposed
         and accepted, and its share of the new tokens."""
-        return {"rounds": self.lookup_rounds, "won": self.lookup_won,
+        return {"rounds": self.lookup_rounds, "won": self.lookup_won, "solo": self.lookup_solo,
                 "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,
                 "acceptance": (self.lookup_accepted / self.lookup_proposed
                                if self.lookup_proposed else 0.0),

@@ -8,6 +8,7 @@ from typing import Iterator
 from core.backends import Draft, Drafter, Plan, Target
 from core.branching import BranchPolicy
 from core.budget import DraftBudget, Profile
+from core.fusion import Pick
 from core.output import Event
 from core.predraft import PredraftPolicy
 from core.scheduler import DraftWorker
@@ -22,11 +23,17 @@ def plain_round(run, budget: DraftBudget, start: float) -> Event:
     """One round with the worker idle: the lookup's continuation when it pays (run.lookup),
     else one target token, no draft (the budget fell back to plain decoding)."""
     pick = run.lookup.pick(run, budget, Draft(), beside=False) if run.lookup else None
-    draft = pick.draft if pick is not None else Draft()
-    verdict, vspan = run.verify(draft)
-    run.telemetry.drafting(draft, pick.source if pick else "plain", bool(pick and pick.offered))
+    return round_alone(run, budget, start, pick or Pick(Draft(), "plain"))
+
+
+def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:
+    """Verify `pick` with the worker idle; a solo pick at the profile's solo count."""
+    draft = pick.draft
+    with threads(run.target, budget.profile.solo_threads * pick.solo):
+        verdict, vspan = run.verify(draft)
+    run.telemetry.drafting(draft, pick.source, pick.offered)
     if len(draft):
-        run.telemetry.lookup_alone(budget, start, vspan, verdict)
+        run.telemetry.lookup_alone(budget, start, vspan, verdict, pick.solo)
     else:
         run.telemetry.plain_round(budget, start, vspan)
     return run.commit(draft, verdict)
@@ -71,7 +78,10 @@ def predraft_plan(run, policy: PredraftPolicy | None, budget: DraftBudget, draft
 
 @contextmanager
 def threads(backend: Target | Drafter, n: int) -> Iterator[None]:
-    """Run the block with n threads on `backend`, then give back its own count."""
+    """Run the block with n threads on `backend`, then give back its own count (0: as is)."""
+    if not n:
+        yield
+        return
     prev = backend.set_threads(n)
     try:
         yield

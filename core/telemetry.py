@@ -109,13 +109,18 @@ class Telemetry:
         self.stats.plain_rounds += 1
         self.observe(budget, self.round(start, (start, start), vspan, 0, 0), 0, 0, None)
 
-    def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> None:
+    def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict,
+                     solo: bool = False) -> None:
         """The lookup's continuation verified with the worker idle (no chunk beside it): a
-        plain round for the model draft (its budget said it cannot pay, or there is none)."""
+        plain round for the model draft (its budget said it cannot pay, or there is none);
+        `solo`: on every core, its verify time kept apart from those beside the draft."""
         self.stats.plain_rounds += 1
+        self.stats.lookup_solo += solo
         n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
         rec = self.round(start, (start, start), vspan, n, verdict.accepted)
-        self.observe(budget, rec, n, verdict.accepted, None)
+        self.observe(budget, rec, n, verdict.accepted, None, timed=not solo)
+        if solo and self.last_scored == n + 1:
+            budget.observe_solo(vspan[1] - vspan[0], n + 1)
 
     def target_prefill(self, budget: DraftBudget, vspan) -> None:
         self.round(vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
@@ -156,13 +161,14 @@ class Telemetry:
         return rec
 
     def observe(self, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
-                chunk: Drafted | None) -> None:
+                chunk: Drafted | None, timed: bool = True) -> None:
         """Feed the budget one round: pass rate, draft time per token (without catching up
         with the context, a k-sequence step counted as its cost in single steps), verify time
-        per length (a prefill round is no sample of verify time)."""
+        per length (a prefill round is no sample of verify time; `timed` False: nor a solo
+        round's, on other threads)."""
         self.stats.gammas_used[budget.gamma] += 1
         trials, passed = self._model_part(rec, trials, passed)
-        scored = self.last_scored if self.last_scored == rec.drafted + 1 else 0
+        scored = self.last_scored if timed and self.last_scored == rec.drafted + 1 else 0
         proposal, timing = chunk if chunk else (None, None)
         n = 0
         if proposal is not None and len(proposal.main):

@@ -163,8 +163,22 @@ class Pair:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
+        self.profile.solo_verify_s, self.profile.solo_threads = self._solo(method, threads, again)
         self._remeasured.add(split)  # --remeasure: once per thread split, not every call
         return self.profile
+
+    def _solo(self, method: str, threads: Threads, again: bool) -> tuple[list[float], int]:
+        """duo's verify times alone and their thread count, for solo lookup rounds
+        (models/fit/profiler.py: solo_times); none for sps and on cuda."""
+        from models.fit.profiler import solo_times
+
+        if method != "duo" or self.target.device.startswith("cuda"):
+            return [], 0  # a GPU verify loses nothing to the draft beside it
+        split = (threads.draft, threads.prefill)  # sps's: measured again once for both
+        again = again and split not in self._remeasured
+        self._remeasured.add(split)
+        return solo_times(self.spec.name, self.drafter, self.target, threads, self.profile,
+                          again, self._progress)
 
     def remeasure(self) -> None:
         """Time this machine again (the page's button): the compiled-vs-eager verdict where it
@@ -178,7 +192,7 @@ class Pair:
             self.target = load_target(*self._target_args, remeasure=True,
                                       threads=self._duo_share)
         self._placement, self._time_threads_again = None, True
-        for method in ("duo", "sps"):
+        for method in ("sps", "duo"):  # sps's profile serves duo's solo rounds too
             self.ensure_profile(method, remeasure=True)
 
     # -- prompts and generation ---------------------------------------------------------

@@ -26,12 +26,15 @@ PREFILL = {"own": 2.0, "copy": 1.0}
 SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
 
-def fixed_profile(pair_name: str) -> dict:
+def fixed_profile(pair_name: str, target_threads: int = 1) -> dict:
+    """The pair's fixed profile; its target's forwards 0.6x as long on 2 threads or more (a
+    lookup round on every core, the worker idle, is priced from those: core/fusion.py)."""
     from core.budget import MAX_GAMMA, Profile
     from models.fit.profiler import MAX_SEQS
 
     one, top, draft = FIXED[pair_name]
-    verify = [one + (top - one) * n / (MAX_GAMMA - 1) for n in range(MAX_GAMMA)]
+    scale = 1.0 if target_threads < 2 else 0.6
+    verify = [scale * (one + (top - one) * n / (MAX_GAMMA - 1)) for n in range(MAX_GAMMA)]
     steps = {k: draft * (1 + 0.6 * (k - 1)) for k in range(1, MAX_SEQS + 1)}
     return Profile(draft, verify, steps, "cpu").to_dict()
 
@@ -88,7 +91,8 @@ def use_fixed_profiles() -> None:
         name = next((n for n in FIXED if f"|{n}|" in key), None)
         if file != "profiles.json" or name is None:
             return measured(file, key, measure, *args, **kwargs)
-        return _store(profiler.cache_root() / file, key, fixed_profile(name))
+        threads = int(key.rsplit("|target", 1)[1])
+        return _store(profiler.cache_root() / file, key, fixed_profile(name, threads))
 
     profiler.measured = fixed
     cores = os.cpu_count() or 1

@@ -29,11 +29,11 @@ COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2, 3, 4, 5, 6]  # a copy t
 
 
 def run(method, lookup="auto", n=60, prompt=COPY, target=None, drafter=None, learned=None,
-        grammar=None, **options):
+        grammar=None, profile=None, **options):
     target = target or FakeTarget(P)
     drafter = None if method in ("vanilla", "lookup") else drafter or FakeDrafter(Q)
     cfg = GenConfig(method=method, max_new_tokens=n, lookup=lookup, **options)
-    events = list(generate(target, drafter, prompt, cfg, decode, fake_profile(),
+    events = list(generate(target, drafter, prompt, cfg, decode, profile or fake_profile(),
                            learned=learned, grammar=grammar))
     ids = [t for e in events for t in e.tokens]
     return ids, [s for e in events for s in e.sources], events[-1].stats
@@ -112,6 +112,36 @@ def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
         assert len(guess) < max(n, 1)  # the last drafted token is never decoded
 
 
+def solo_profile():
+    """fake_profile() where a verify alone (the worker idle) on 2 threads takes half as long."""
+    profile = fake_profile()
+    profile.solo_verify_s, profile.solo_threads = [v / 2 for v in profile.verify_s], 2
+    return profile
+
+
+class ThreadedTarget(FakeTarget):
+    """Records torch's thread count (here: its own) at each forward."""
+    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
+        self.scored_at = getattr(self, "scored_at", []) + [self.threads]
+        return super().score(tokens, n_rows, sampling, check, adjust)
+
+
+def test_solo_rounds_verify_on_every_core_with_the_worker_idle():
+    """A verify alone priced cheaper: lookup rounds run on the profile's solo count, the draft
+    drafts nothing during them, and the text stays vanilla's."""
+    target, drafter = ThreadedTarget(P), FakeDrafter(P)
+    target.set_threads(1)
+    ids, sources, stats = run("duo", "auto", target=target, drafter=drafter,
+                              profile=solo_profile())
+    assert ids == run("vanilla")[0]
+    solo = stats["lookup"]["solo"]
+    assert solo > 0 and target.scored_at.count(2) == solo and target.threads == 1
+    assert set(target.scored_at) == {1, 2}
+    beside = sum(r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"])
+    assert len(drafter.calls) == beside  # a job each round beside the worker, none solo
+    assert stats["rounds"] >= solo + beside
+
+
 def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
     learned = Learned()
     run("lookup", "on", learned=learned)
@@ -154,6 +184,9 @@ def test_coupled_seeds_keep_vanillas_text():
         for method, lookup in (("duo", "on"), ("lookup", "on"), ("duo", "auto")):
             ids = run(method, lookup, sampling=sampling, seed=seed, drafter=FakeDrafter(P))[0]
             assert ids == ref
+        solo = run("duo", "auto", sampling=sampling, seed=seed, drafter=FakeDrafter(P),
+                   profile=solo_profile())
+        assert solo[0] == ref and solo[2]["lookup"]["solo"] > 0
 
 
 V4, N4 = 4, 3
@@ -173,19 +206,25 @@ def exact_joint4(sampling):
     return joint
 
 
-@pytest.mark.parametrize("method", ["lookup", "duo"])
+@pytest.mark.parametrize("method", ["lookup", "duo", "duo-solo"])
 def test_rejection_sampler_with_one_hot_lookups_keeps_the_distribution(method):
-    sampling, n, counts, proposed = SamplingConfig(1.0), 2000, {}, 0
+    """duo-solo: the lookup priced (auto) against a verify alone at half the time, so most
+    runs verify some lookup alone (solo)."""
+    sampling, n, counts, proposed, solo = SamplingConfig(1.0), 2000, {}, 0, 0
     target, drafter = FakeTarget(P4), FakeDrafter(markov(V4, seed=2, sharp=0.7))
+    profile = solo_profile() if method == "duo-solo" else fake_profile()
+    lookup, method = ("auto", "duo") if method == "duo-solo" else ("on", method)
     for seed in range(n):
         cfg = GenConfig(method=method, max_new_tokens=N4, sampling=sampling, seed=seed,
-                        sampler="rejection", lookup="on", gamma=2, multi_seq=False)
+                        sampler="rejection", lookup=lookup, gamma=2, multi_seq=False)
         events = list(generate(target, None if method == "lookup" else drafter, COPY4, cfg,
-                               decode, fake_profile()))
+                               decode, profile))
         toks = tuple(t for e in events for t in e.tokens)
         counts[toks] = counts.get(toks, 0) + 1
         proposed += events[-1].stats["lookup"]["proposed"]
+        solo += events[-1].stats["lookup"]["solo"]
     assert proposed > n  # the lookup's tokens were on trial
+    assert (solo > n / 2) == (profile.solo_threads > 0)
     assert_matches(counts, exact_joint4(sampling), n)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import models.fit.profiler as profiler
@@ -138,3 +139,30 @@ def test_plain_decoding_probes_across_short_generations():
             budget.observe(0, 0, verify_s=LOADED.verify(1), verify_n=1)
         learned.keep("duo", budget)
     assert gammas[0] == 0 and 1 <= sum(g > 0 for g in gammas) <= 3
+
+
+def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
+    """duo's solo lookup rounds: the times of the split that gives the target every core
+    (measured at that count), where they beat duo's own; a target compiled for one count
+    keeps its own times at that count."""
+    from models.fit.placement import Threads
+    from tests.fakes import FakeTarget
+
+    own = Profile(0.005, [0.05 + 0.002 * n for n in range(32)])
+    seen = []
+
+    def load(name, drafter, target, split, remeasure=False, progress=None):
+        seen.append((split, target.threads))
+        return Profile(0.005, [scale * v for v in own.verify_s])
+    monkeypatch.setattr(profiler, "load_or_measure", load)
+    duo, target = Threads(1, 1, 2, overlapped=True), FakeTarget(np.eye(4))
+    target.set_threads(1)
+    for scale, want in ((0.6, 2), (1.2, 0)):
+        times, count = profiler.solo_times("pair", DRAFTER, target, duo, own)
+        assert count == want and times[0] == pytest.approx(min(scale, 1) * own.verify_s[0])
+    assert seen == [((1, 2), 2)] * 2 and target.threads == 1
+    target.fixed_threads = 1  # compiled for duo's count: another would recompile
+    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == (own.verify_s, 0)
+    alone = Threads(1, 2, 2, overlapped=True)  # the target has every core already
+    assert profiler.solo_times("pair", DRAFTER, FakeTarget(np.eye(4)), alone, own)[1] == 0
+    assert len(seen) == 2

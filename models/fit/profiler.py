@@ -17,6 +17,7 @@ import numpy as np
 
 from core.branching import BranchPolicy
 from core.budget import MAX_GAMMA, Profile
+from core.rounds import threads as threads_of
 from core.sampling import PositionRng, SamplingConfig
 from models.pairs.convert import cache_root, write_atomic
 
@@ -136,6 +137,21 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     profile = Profile.from_dict(entry["value"])
     profile.load = entry["load"]
     return profile
+
+
+def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
+               remeasure: bool = False, progress=None) -> tuple[list[float], int]:
+    """The target's verify times alone, the draft idle (a solo lookup round), and the thread
+    count they need (0: `duo`'s own): the profile's own times (measured with the draft
+    idle), or where the target can take every core and that is faster, the times of the
+    split that gives it them (sps's profile)."""
+    cores, own = threads.prefill, list(profile.verify_s)
+    if cores <= threads.target or getattr(target, "fixed_threads", None):
+        return own, 0
+    with threads_of(target, cores):
+        wide = load_or_measure(pair_name, drafter, target, (threads.draft, cores), remeasure,
+                               progress)
+    return (list(wide.verify_s), cores) if sum(wide.verify_s) < sum(own) else (own, 0)
 
 
 def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None,
