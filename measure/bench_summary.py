@@ -53,8 +53,8 @@ def _lookup(runs: list[dict]) -> dict:
     parts = [r["lookup"] for r in runs if isinstance(r.get("lookup"), dict)]
     if not parts:
         return {}
-    total = {k: sum(p.get(k, 0) for p in parts) for k in ("rounds", "won", "proposed",
-                                                          "accepted")}
+    total = {k: sum(p.get(k, 0) for p in parts) for k in ("rounds", "won", "solo",
+                                                          "proposed", "accepted")}
     emitted = sum(r["lookup"].get("share", 0.0) * r["new_tokens"] for r in runs
                   if isinstance(r.get("lookup"), dict))
     return {"lookup": {**total, "acceptance": _ratio(total["accepted"], total["proposed"]),
@@ -178,7 +178,9 @@ def _lookup_cell(st: dict) -> str:
     lk = st.get("lookup")
     if not lk:
         return "—"
-    return f"{100 * lk['share']:.0f}%, {lk['acceptance']:.2f}, {lk['won']} of {lk['rounds']}"
+    solo = f" ({lk['solo']} solo)" if lk.get("solo") else ""
+    return (f"{100 * lk['share']:.0f}%, {lk['acceptance']:.2f}, "
+            f"{lk['won']}{solo} of {lk['rounds']}")
 
 
 def ratio_markdown(table: dict) -> str:
