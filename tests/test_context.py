@@ -1,5 +1,6 @@
 """Chats reuse what the caches hold, and the context window holds for every method: the real
-smol-self pair (and gemma-smol, whose draft counts the window in its own tokens)."""
+smol-self pair (gemma-smol, whose draft counts the window in its own tokens, is in
+tests/test_cross_tokenizer.py, where the session's gemma-smol is loaded)."""
 from __future__ import annotations
 
 import pytest
@@ -120,25 +121,6 @@ def test_cli_refuses_more_new_tokens_than_the_window_holds(small_window, capsys,
                                                 "--ctx-size", "256"]))
     assert [o.n_ctx for o in loads] == [256]
     assert err.startswith("error: the prompt (") and "at most" in err
-
-
-@pytest.fixture(scope="module")
-def gemma_small(pair_with):
-    from models.loader import LoadOptions, Pair
-
-    pair = Pair("gemma-smol", LoadOptions(device="cpu", dtype="float32", target_compile="off",
-                                          target_quant="none", n_ctx=64))
-    yield pair
-    pair.close()
-
-
-@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
-def test_gemma_smol_near_the_window_ends_with_length(gemma_small, method):
-    ids = gemma_small.prompt_ids("Once upon a time, in a kingdom by the sea, there lived",
-                                 raw=True)
-    tokens, stats = run(gemma_small, ids, method=method, max_new_tokens=10_000)
-    assert stats["stop_reason"] in ("context_window", "eos")
-    assert len(ids) + len(tokens) <= gemma_small.target.n_ctx
 
 
 def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, monkeypatch):

@@ -321,3 +321,28 @@ def test_q_rows_have_the_target_logit_width_when_the_tokenizer_is_longer():
     verdict = verify_sampled(draft, q_target, sampled_scores(p_target, check), Noise(0))
     assert 0 <= verdict.token < width
     assert all(t < width for t in v.to_target([5, 5, 1], greedy=True))
+
+
+WINDOW_PROMPT = ("Once upon a time, in a kingdom by the sea, there lived a baker who rose before "
+                 "the sun every morning to light her ovens. Her bread was known in every village "
+                 "along the coast, and one winter day a stranger came to her door and")
+
+
+@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+def test_gemma_smol_near_the_window_ends_with_length(gemma_pair, method, monkeypatch):
+    """gemma-smol at a 64-token window (the draft counts it in its own tokens): every method
+    ends at the window or an end id. The session's gemma-smol with the windows a load with
+    `n_ctx=64` gives (the target's 64, the draft's `draft_window`): a load of its own cost
+    about 9 CPU seconds; the load's own window is checked on smol-self (test_context.py).
+    The prompt fills most of the window (it was 15 tokens: 49 gemma steps for `vanilla`)."""
+    from models.loader import draft_window
+
+    monkeypatch.setattr(gemma_pair.target, "n_ctx", 64)
+    monkeypatch.setattr(gemma_pair.drafter, "n_ctx", draft_window(64, same_tokenizer=False))
+    ids = gemma_pair.prompt_ids(WINDOW_PROMPT, raw=True)
+    assert 40 < len(ids) < 60  # a dozen or so tokens to go: each a gemma step on one core
+    gemma_pair.lookup_memory.clear()  # the model drafts, not an earlier case's answer
+    events = list(gemma_pair.generate(ids, GenConfig(method=method, max_new_tokens=10_000)))
+    tokens, stats = [t for e in events for t in e.tokens], events[-1].stats
+    assert stats["stop_reason"] in ("context_window", "eos")
+    assert len(ids) + len(tokens) <= 64
