@@ -1,16 +1,14 @@
-"""The app on the embedded pair, started as `python app/main.py` on a free port: the page is up
-while models load, a gradio_client chat call gets text and stats, a cancelled generation leaves
-the app usable, concurrent requests queue and all finish, and Compare shows greedy texts equal."""
+"""The app in this process (the Compare note; the model host over fake pairs), and how it is
+started as `python app/main.py` on a free port (`running_app`, for conftest's `app_process`;
+that process's tests, over gradio's client and in a browser: tests/test_browser.py)."""
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,125 +66,6 @@ def running_app(log_path: Path, timeout_s: float = 180.0):
             proc.kill()
             proc.wait()
         log.close()
-
-
-@pytest.fixture(scope="module")
-def app(app_process):
-    from gradio_client import Client
-
-    url, up_s = app_process  # shared with tests/test_browser.py
-    client = Client(url, verbose=False)
-    first_status = client.predict(api_name="/status")[0]
-    return {"url": url, "client": client, "up_s": up_s, "first_status": first_status}
-
-
-def answer_of(result) -> tuple[str, dict, str]:
-    """(assistant text, stats, status line) from a /chat result."""
-    history, stats, status = result[1], result[4], result[8]
-    content = history[-1]["content"]
-    text = "".join(p.get("text", "") for p in content) if isinstance(content, list) else content
-    assert history[-1]["role"] == "assistant"
-    return text, stats, status
-
-
-def test_page_is_up_while_loading(app):
-    assert app["first_status"].startswith(("**Loading", "**Ready")), app["first_status"]
-    assert _up(app["url"])
-
-
-def test_chat_returns_text_and_stats(app):
-    text, stats, status = answer_of(app["client"].predict(*chat_args("Name three colors."),
-                                                          api_name="/chat"))
-    assert text.strip()
-    assert stats["method"] == "duo"
-    assert 0 < stats["new_tokens"] <= TOKENS
-    assert stats["tokens_per_s"] > 0 and stats["rounds_log"]
-    assert status.startswith("done:")
-
-
-def test_multi_turn_keeps_history(app):
-    client = app["client"]
-    history = client.predict(*chat_args("My name is Ada."), api_name="/chat")[1]
-    result = client.predict(*chat_args("What is my name?", history=history), api_name="/chat")
-    assert len(result[1]) == 4
-    assert answer_of(result)[0].strip()
-
-
-def _streamed_text(job) -> str:
-    """The assistant text of the job's latest streamed chat value ('' before any)."""
-    for out in reversed(job.outputs()):
-        history = out[1]
-        if isinstance(history, list) and history and history[-1]["role"] == "assistant":
-            return "".join(p.get("text", "") for p in history[-1]["content"])
-    return ""
-
-
-def test_cancel_leaves_app_usable(app):
-    from gradio_client.utils import Status
-
-    client = app["client"]
-    job = client.submit(*chat_args("Tell me a long story about a dragon.", tokens=1000),
-                        api_name="/chat")
-    t0 = time.perf_counter()
-    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
-        time.sleep(0.05)
-    assert _streamed_text(job)  # it is streaming
-    job.cancel()
-    while not job.done() and time.perf_counter() - t0 < 120:
-        time.sleep(0.05)
-    assert job.status().code == Status.CANCELLED
-    text, stats, _ = answer_of(client.predict(*chat_args("Say hello."), api_name="/chat"))
-    assert text.strip() and stats["new_tokens"] <= TOKENS
-
-
-def test_stop_ends_the_running_answer(app):
-    client = app["client"]
-    job = client.submit(*chat_args("Tell me a long story about a knight.", tokens=1000),
-                        api_name="/chat")
-    t0 = time.perf_counter()
-    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
-        time.sleep(0.05)
-    assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
-    text, stats, status = answer_of(job.result(timeout=60))
-    assert re.fullmatch(r"stopped after \d+ tokens", status), status
-    assert int(status.split()[2]) < 1000
-    assert text.strip()  # what was streamed stays in the chat
-    assert stats["stop_reason"] == "stopped" and stats["new_tokens"] == int(status.split()[2])
-    text, _, _ = answer_of(client.predict(*chat_args("Say hi."), api_name="/chat"))
-    assert text.strip()
-
-
-def test_concurrent_requests_queue_and_finish(app):
-    from gradio_client import Client
-
-    clients = [Client(app["url"], verbose=False) for _ in range(2)]
-    with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(c.predict, *chat_args(f"Count to {n}.", tokens=16),
-                               api_name="/chat") for n, c in zip((3, 5), clients)]
-        results = [answer_of(f.result(timeout=120)) for f in futures]
-    assert all(text.strip() and stats["new_tokens"] <= 16 for text, stats, _ in results)
-
-
-def test_empty_prompt_is_refused_politely(app):
-    result = app["client"].predict(*chat_args("   "), api_name="/chat")
-    assert result[8] == "Type a prompt first."
-
-
-def test_compare_greedy_texts_identical(app):
-    table, vanilla, sps, duo = app["client"].predict(*chat_args("Name a fruit.", tokens=16),
-                                                     api_name="/compare")
-    assert vanilla and vanilla == sps == duo
-    assert "all texts are identical" in table
-    for method in ("vanilla", "sps", "duo"):
-        assert f"| {method} |" in table
-
-
-def test_compare_sampled_texts_identical_under_a_seed(app):
-    """The coupled sampler: one seed, temperature 1, the same text from every method."""
-    args = chat_args("Name a fruit.", tokens=16, temperature=1.0, seed=7)
-    table, vanilla, sps, duo = app["client"].predict(*args, api_name="/compare")
-    assert vanilla and vanilla == sps == duo
-    assert "Sampling (one seed, the coupled sampler): all texts are identical" in table
 
 
 @pytest.mark.parametrize("dtype,device,needle", [
