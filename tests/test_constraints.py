@@ -183,8 +183,10 @@ def exact_joint(sampling: SamplingConfig) -> dict:
     return joint
 
 
-@pytest.mark.parametrize("sampler", ["coupled", "rejection"])
-@pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
+# coupled, sps and duo give vanilla's text seed for seed (below), so their law is vanilla's,
+# tested here; the rejection sampler's is its own
+@pytest.mark.parametrize("method,sampler", [("vanilla", "coupled"), ("vanilla", "rejection"),
+                                            ("sps", "rejection"), ("duo", "rejection")])
 def test_sampling_follows_the_adjusted_target(method, sampler):
     sampling = SamplingConfig(1.0)
     counts = Counter(tuple(run(method, sampling, seed=s, n=N_TOKENS, sampler=sampler,
@@ -194,7 +196,14 @@ def test_sampling_follows_the_adjusted_target(method, sampler):
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
 def test_coupled_sampling_gives_vanillas_text_under_adjustments(method):
-    sampling = SamplingConfig(0.9)
-    for seed in range(20):
-        want, _ = run("vanilla", sampling, seed=seed, **FIELDS)
-        assert run(method, sampling, seed=seed, **FIELDS)[0] == want
+    """Seed for seed, the text is vanilla's: 20 seeds at t0.9, 12 tokens, and 100 seeds on the
+    chi-square's joint above (t1, N_TOKENS). Power: a coupled method whose law is off the
+    adjusted target's by a total variation d gives a text other than vanilla's on a share
+    >= d of the seeds (the coupling inequality); the 3000-sample chi-square (df 26, alpha
+    1e-3) caught d = 0.074 with power 0.99, and 100 seeds see it with 1 - 0.926^100 = 0.9995
+    (0.1 CPU seconds; the coupled chi-squares it replaces took 15)."""
+    for sampling, seeds, n in ((SamplingConfig(0.9), 20, 12),
+                               (SamplingConfig(1.0), 100, N_TOKENS)):
+        for seed in range(seeds):
+            want, _ = run("vanilla", sampling, seed=seed, n=n, **FIELDS)
+            assert run(method, sampling, seed=seed, n=n, **FIELDS)[0] == want, (sampling, seed)

@@ -1,18 +1,15 @@
 """The quantized target on the real smol-self pair (oracle: `vanilla` on the same quantized
 target): greedy `sps`/`duo` token-identical for int8 (float32), divergence only at rounding
 ties for int4 (bfloat16, the only int4 the CPU runs); sampling through the quantized target
-follows its distribution (chi-square on the first two tokens); `--target-quant` picks and
-refuses as it says."""
+draws its tokens (seed for seed, the first two); `--target-quant` picks and refuses as it
+says."""
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
-from scipy.stats import chisquare
 
 from core.engine import GenConfig
-from core.sampling import SamplingConfig, logits_to_probs
+from core.sampling import Noise, SamplingConfig, logits_to_probs
 from tests.conftest import vanilla_ids
 
 PROMPTS = ["Why is the sky blue?", "Write a haiku about a cat sleeping in the sun.",
@@ -64,33 +61,34 @@ def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
         assert top - logits[expected[i]] <= TIE and top - logits[got[i]] <= TIE
 
 
-def test_int8_sampling_follows_the_quantized_target(int8_pair):
-    """sps with gamma 2: the joint law of the first two tokens is the target's (top-k 3)."""
-    sampling, n = SamplingConfig(1.0, top_k=3), 200
+def test_int8_sampling_draws_the_quantized_target_s_tokens(int8_pair):
+    """sps with gamma 2 and the coupled sampler (the default): each seed's first two tokens
+    are the draws the int8 target's own rows give (`Noise.draw` of its top-k 3 probabilities
+    at their positions), seed for seed. `Noise.draw` follows the law of the row it is given
+    (the coupled `vanilla` chi-squares of test_sampling_lossless.py, reference and device
+    rows), so the text follows the int8 target's law. Power: a fault that moves that law by a
+    total variation d gives other tokens on a share >= d of the seeds (the coupling
+    inequality); the 200-sample chi-square this replaces (200 int8 forwards, 30 CPU seconds)
+    caught d = 0.25 with power 0.99, and 24 seeds see it with 1 - 0.75^24 = 0.999."""
+    sampling = SamplingConfig(1.0, top_k=3)
     ids = int8_pair.prompt_ids("Name a colour.")
     target = int8_pair.target
     target.rollback(0)
     first = logits_to_probs(target.logits(ids, 1).cpu().numpy(), sampling)[0]
-    joint = {}
+    second = {}
     for a in np.flatnonzero(first):
         target.rollback(0)
-        second = logits_to_probs(target.logits(ids + [int(a)], 1).cpu().numpy(), sampling)[0]
-        for b in np.flatnonzero(second):
-            joint[(int(a), int(b))] = first[a] * second[b]
-    counts = {}
-    for seed in range(n):
+        row = target.logits(ids + [int(a)], 1).cpu().numpy()
+        second[int(a)] = logits_to_probs(row, sampling)[0]
+    firsts = set()
+    for seed in range(24):
         events = list(int8_pair.generate(ids, GenConfig("sps", 2, sampling, seed=seed, gamma=2)))
-        key = tuple(t for e in events for t in e.tokens)
-        counts[key] = counts.get(key, 0) + 1
-    keys = sorted(joint)
-    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
-    exp = np.array([joint[k] for k in keys], dtype=np.float64) * n
-    assert obs.sum() == n, "a sample left the target's top-k support"
-    keep = exp >= 5
-    obs, exp = np.append(obs[keep], obs[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
-    obs, exp = (obs, exp) if exp[-1] > 0 else (obs[:-1], exp[:-1])
-    exp = exp * obs.sum() / exp.sum()
-    assert chisquare(obs, exp * (obs.sum() / exp.sum())).pvalue > 1e-3
+        noise = Noise(seed)
+        a = noise.draw(first, len(ids))
+        want = [a, noise.draw(second[a], len(ids) + 1)]
+        assert [t for e in events for t in e.tokens] == want, f"seed {seed}"
+        firsts.add(a)
+    assert len(firsts) > 1  # the seeds do draw different tokens
 
 
 def test_target_quant_choices_and_refusals(smol_pair, monkeypatch):
