@@ -4,6 +4,7 @@ GGUF loads in llama.cpp; a failing part is recorded and the others still run."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -82,9 +83,30 @@ def test_projection_renders_from_measured_costs():
     assert "up to 12.00x its memory floor" in md
 
 
-def test_the_lookup_part_runs_duo_with_and_without_lookup_drafts(tmp_path):
-    """--part lookup, tiny: one copy-heavy prompt, duo and duo-nolookup in the benchmark's
-    own process; the line and the table in report.md."""
+def test_the_lookup_part_runs_duo_with_and_without_lookup_drafts(tmp_path, smol_pair,
+                                                                 monkeypatch):
+    """--part lookup, tiny: one copy-heavy prompt, duo and duo-nolookup; the line and the
+    table in report.md. The command line the report gives scripts/benchmark.py runs through
+    its `main` here, on the session's smol-self (the benchmark's process loaded it again:
+    about 12 CPU seconds; the process is not what this checks)."""
+    import subprocess
+
+    import models.loader
+    from scripts import benchmark
+
+    def load(name, options):
+        assert name == "smol-self" and options.target_compile == "off"
+        return smol_pair
+
+    def bench_here(cmd, **kwargs):
+        if not (cmd[0] == sys.executable and str(cmd[1]).endswith("scripts/benchmark.py")):
+            return run(cmd, **kwargs)  # any other command runs as it would
+        benchmark.main(cmd[2:])  # an exit (a refused argument) fails the test, with its line
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    run = subprocess.run
+    monkeypatch.setattr(models.loader, "Pair", load)
+    monkeypatch.setattr(report.subprocess, "run", bench_here)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")  # what main's quiet_logs sets
     report.main(["--part", "lookup", "--tiny", "--out", str(tmp_path)])
     r = json.loads((tmp_path / "report.json").read_text())["lookup"]
     res = r["smol-self copy-heavy"]
