@@ -10,6 +10,7 @@ from core.align import IdentityVocab
 from models.pairs.catalog import draft_path, get_pair
 from scripts.benchmark import run_one
 from tests.conftest import vanilla_ids
+from tests.test_real_lossless import PROMPTS as LOSSLESS
 
 
 @pytest.fixture
@@ -63,10 +64,12 @@ def test_eight_bit_and_original_stay_as_they_are(shipped):
 def test_q8_draft_is_lossless(pair_with):
     pair = pair_with(draft_format="q8_0")
     assert pair.draft_format.kind == "q8_0"
-    for prompt in ("Why is the sky blue?", "Write a Python function that adds two numbers."):
+    # two of test_real_lossless.py's prompts at its length: vanilla's ids are the oracle's,
+    # kept on disk (the same target), decoded once for both files
+    for prompt in (LOSSLESS[0], LOSSLESS[4]):
         ids = pair.prompt_ids(prompt)
         runs = {m: run_one(pair, ids, GenConfig(method=m, max_new_tokens=48))
-                for m in ("sps", "duo")}  # vanilla: the oracle's, kept on disk (the same target)
+                for m in ("sps", "duo")}
         assert runs["sps"]["token_ids"] == runs["duo"]["token_ids"] == \
             vanilla_ids(pair, ids, 48), prompt
         assert runs["duo"]["draft_format"]["kind"] == "q8_0"

@@ -26,9 +26,15 @@ run = functools.partial(lossless.run, n=N, lookup="off")
 
 @pytest.fixture(scope="module")
 def oracle(smol_pair):
+    """vanilla's ids: for test_real_lossless.py's prompts the first N of its 48, read from the
+    oracle on disk when that file decoded them first, on either worker (at 32 here it decoded
+    them again: 20 CPU seconds), and decoded last prompt first, so a run of that file on the
+    other worker at the same time (first prompt first) meets this one half way."""
     prompts = PROMPTS + ["Continue the list: apples, pears,", "Rewrite formally: gonna be late lol"]
     ids = {p: smol_pair.prompt_ids(p) for p in prompts}
-    return {p: (ids[p], vanilla_ids(smol_pair, ids[p], N)) for p in prompts}
+    got = {p: vanilla_ids(smol_pair, ids[p], lossless.N if p in PROMPTS else N)[:N]
+           for p in reversed(prompts)}
+    return {p: (ids[p], got[p]) for p in prompts}  # in order: HALVES index it
 
 
 # these cases must branch, so they fix gamma: an auto gamma follows this machine's timings
