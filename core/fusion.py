@@ -104,9 +104,12 @@ class LookupPolicy:
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
                      beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf)
-        rate = _solo_rate if solo else self._rate
-        rates = [rate(budget, prior + probs[:n], beside, len(prior), miss)
-                 for n in range(1, len(probs) + 1)]
+        if solo:  # after a full pass the index goes on only where the proposal does
+            rates = [_solo_rate(budget, prior + probs[:n], beside, n, n < len(probs), miss)
+                     for n in range(1, len(probs) + 1)]
+        else:
+            rates = [self._rate(budget, prior + probs[:n], beside, len(prior), miss)
+                     for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
 
@@ -130,14 +133,17 @@ class LookupPolicy:
         return tokens / max(t, 1e-9)
 
 
-def _solo_rate(budget: DraftBudget, probs: list[float], beside: bool, model_n: int,
-               miss: float) -> float:
+def _solo_rate(budget: DraftBudget, probs: list[float], beside: bool, n_lookup: int,
+               goes_on: bool, miss: float) -> float:
     """Expected tokens per second of a solo round: the verify alone, no chunk drafted beside
     it to compete for the cores and memory (on every core where that is faster). Where a
     chunk could have been drafted (`beside`), the next round starts without one unless the
-    index goes on: a round where not every token passes pays `miss`."""
+    index's proposal `goes_on` past this draft and every token passes: otherwise it pays
+    `miss` (the empty round) and the draft's catching up with the `n_lookup` tokens it never
+    saw and the target's (one batch)."""
     tokens, reach = expected_tokens(probs)
-    t = budget.solo_verify_s(len(probs) + 1) + (1 - reach) * miss * beside
+    empty = (miss + budget.batch_s(n_lookup + 1)) * (1 - reach * goes_on)
+    t = budget.solo_verify_s(len(probs) + 1) + empty * beside
     return tokens / max(t, 1e-9)
 
 
