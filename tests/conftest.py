@@ -80,7 +80,7 @@ def _uses_app(item) -> bool:
 # times), after the app's and the browser's files (first as before: each starts the app
 # process): `make test` hands whole files to two workers in this order, so no long file is
 # left for the end.
-SLOW_FILES = ("test_app", "test_browser", "test_target_static", "test_cross_tokenizer",
+SLOW_FILES = ("test_browser", "test_target_static", "test_cross_tokenizer",
               "test_quant_target", "test_real_lossless", "test_multi_seq",
               "test_sampling_lossless", "test_context", "test_grammar", "test_gpu", "test_quant",
               "test_soak", "test_api_fields", "test_flex_attention", "test_constraints",
@@ -91,7 +91,8 @@ SLOW_FILES = ("test_app", "test_browser", "test_target_static", "test_cross_toke
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    # stable; in a file, the app's users last, so the next file's (test_browser) find it up
+    # stable; in a file, the app's users last (test_browser's: the one app process), so it
+    # stops when they are done
     items.sort(key=lambda item: (rank.get(Path(str(item.fspath)).stem, len(rank)),
                                  str(item.fspath), _uses_app(item)))
 
