@@ -183,7 +183,7 @@ def lookup_line(stats: dict) -> str:
     lk = stats.get("lookup") or {}
     if not lk.get("rounds"):
         return "— (no lookup proposals)" if stats.get("method") in LOOKUP_METHODS else "—"
-    solo = f" ({lk['solo']} verified alone)" if lk.get("solo") else ""
+    solo = f" ({lk['solo']} on every core)" if lk.get("solo") else ""
     return (f"{_pct(lk.get('share', 0))} of the tokens · acceptance "
             f"{_pct(lk.get('acceptance', 0))} · won {lk.get('won', 0)}{solo} of {lk['rounds']} "
             "rounds it proposed in")

@@ -24,8 +24,8 @@ class Profile:
     device: str = "cpu"
     draft_threads: dict = field(default_factory=dict)  # threads -> draft s/token, measured
     load: float | None = None  # other processes' share of the cores while it was measured
-    # solo_verify_s[n - 1]: the target's forward of n tokens alone, the worker idle (a lookup
-    # round without the draft beside it), at solo_threads (0: duo's own count); empty: none
+    # solo_verify_s[n - 1]: the target's forward of n tokens on solo_threads (every core), the
+    # worker idle (a lookup round without the draft beside it); empty: no solo rounds
     solo_verify_s: list[float] = field(default_factory=list)
     solo_threads: int = 0
 
@@ -102,11 +102,11 @@ class DraftBudget:
 
     @property
     def solo(self) -> bool:
-        """Whether a round may verify alone, the worker idle (a solo round)."""
+        """Whether a round may verify on every core, the worker idle (a solo round)."""
         return bool(self.profile.solo_verify_s)
 
     def solo_verify_s(self, n: int) -> float:
-        """The verify of `n` tokens alone, the worker idle."""
+        """The verify of `n` tokens on every core, the worker idle."""
         return self.profile.solo_verify(n) * self.solo_scale
 
     def observe_solo(self, verify_s: float, verify_n: int) -> None:

@@ -20,8 +20,7 @@ PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (b
 class Pick:
     """What a round verifies: `source` is model, lookup, fused (the model's chunk extended by
     the lookup) or plain (no draft); `offered`: the index had a proposal this round; `solo`:
-    verified alone, the worker idle (no chunk drafted beside it), on every core where that
-    is faster."""
+    verified on every core, the worker idle (no chunk drafted beside it)."""
     draft: Draft
     source: str
     offered: bool = False
@@ -135,12 +134,11 @@ class LookupPolicy:
 
 def _solo_rate(budget: DraftBudget, probs: list[float], beside: bool, n_lookup: int,
                goes_on: bool, miss: float) -> float:
-    """Expected tokens per second of a solo round: the verify alone, no chunk drafted beside
-    it to compete for the cores and memory (on every core where that is faster). Where a
-    chunk could have been drafted (`beside`), the next round starts without one unless the
-    index's proposal `goes_on` past this draft and every token passes: otherwise it pays
-    `miss` (the empty round) and the draft's catching up with the `n_lookup` tokens it never
-    saw and the target's (one batch)."""
+    """Expected tokens per second of a solo round: the verify on every core, no chunk drafted
+    beside it. Where a chunk could have been drafted (`beside`), the next round starts
+    without one unless the index's proposal `goes_on` past this draft and every token
+    passes: otherwise it pays `miss` (the empty round) and the draft's catching up with the
+    `n_lookup` tokens it never saw and the target's (one batch)."""
     tokens, reach = expected_tokens(probs)
     empty = (miss + budget.batch_s(n_lookup + 1)) * (1 - reach * goes_on)
     t = budget.solo_verify_s(len(probs) + 1) + empty * beside

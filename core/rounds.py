@@ -27,7 +27,7 @@ def plain_round(run, budget: DraftBudget, start: float) -> Event:
 
 
 def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:
-    """Verify `pick` with the worker idle; a solo pick at the profile's solo count."""
+    """Verify `pick` with the worker idle; a solo pick on every core (the profile's count)."""
     draft = pick.draft
     with threads(run.target, budget.profile.solo_threads * pick.solo):
         verdict, vspan = run.verify(draft)

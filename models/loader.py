@@ -168,7 +168,7 @@ class Pair:
         return self.profile
 
     def _solo(self, method: str, threads: Threads, again: bool) -> tuple[list[float], int]:
-        """duo's verify times alone and their thread count, for solo lookup rounds
+        """duo's verify times on every core and that count, for solo lookup rounds
         (models/fit/profiler.py: solo_times); none for sps and on cuda."""
         from models.fit.profiler import solo_times
 

@@ -257,7 +257,7 @@ def test_the_stats_show_the_lookups_share_acceptance_and_rounds_won():
     assert lookup_line({"method": "duo", "lookup": {"rounds": 0}}).startswith("— (no lookup")
     assert lookup_line({"method": "vanilla"}) == "—"
     solo = dict(LOOKUP_STATS["lookup"], solo=3)
-    assert "won 4 (3 verified alone) of 6 rounds" in lookup_line({"lookup": solo})
+    assert "won 4 (3 on every core) of 6 rounds" in lookup_line({"lookup": solo})
 
 
 def test_the_timeline_marks_lookup_rounds():

@@ -143,8 +143,8 @@ def test_plain_decoding_probes_across_short_generations():
 
 def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
     """duo's solo lookup rounds: the times of the split that gives the target every core
-    (measured at that count), where they beat duo's own; a target compiled for one count
-    keeps its own times at that count."""
+    (measured at that count), where they beat duo's own; none where they do not, where the
+    target has every core already, or where it was compiled for one count."""
     from models.fit.placement import Threads
     from tests.fakes import FakeTarget
 
@@ -157,12 +157,14 @@ def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
     monkeypatch.setattr(profiler, "load_or_measure", load)
     duo, target = Threads(1, 1, 2, overlapped=True), FakeTarget(np.eye(4))
     target.set_threads(1)
-    for scale, want in ((0.6, 2), (1.2, 0)):
-        times, count = profiler.solo_times("pair", DRAFTER, target, duo, own)
-        assert count == want and times[0] == pytest.approx(min(scale, 1) * own.verify_s[0])
+    scale = 0.6
+    times, count = profiler.solo_times("pair", DRAFTER, target, duo, own)
+    assert count == 2 and times == pytest.approx([0.6 * v for v in own.verify_s])
+    scale = 1.2
+    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == ([], 0)
     assert seen == [((1, 2), 2)] * 2 and target.threads == 1
     target.fixed_threads = 1  # compiled for duo's count: another would recompile
-    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == (own.verify_s, 0)
+    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == ([], 0)
     alone = Threads(1, 2, 2, overlapped=True)  # the target has every core already
-    assert profiler.solo_times("pair", DRAFTER, FakeTarget(np.eye(4)), alone, own)[1] == 0
+    assert profiler.solo_times("pair", DRAFTER, FakeTarget(np.eye(4)), alone, own) == ([], 0)
     assert len(seen) == 2

@@ -141,17 +141,18 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
 
 def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
                remeasure: bool = False, progress=None) -> tuple[list[float], int]:
-    """The target's verify times alone, the draft idle (a solo lookup round), and the thread
-    count they need (0: `duo`'s own): the profile's own times (measured with the draft
-    idle), or where the target can take every core and that is faster, the times of the
-    split that gives it them (sps's profile)."""
-    cores, own = threads.prefill, list(profile.verify_s)
+    """The target's verify times on every core, the draft idle (a solo lookup round), and
+    that count, where the target can take more cores than `duo` gives it and the times of
+    the split that gives it them (sps's profile) beat `duo`'s own; else none. (Alone at
+    `duo`'s own count, solo rounds lost: 0.91x on the copy-heavy prompts, docs/lookup.md.)"""
+    cores = threads.prefill
     if cores <= threads.target or getattr(target, "fixed_threads", None):
-        return own, 0
+        return [], 0
     with threads_of(target, cores):
         wide = load_or_measure(pair_name, drafter, target, (threads.draft, cores), remeasure,
                                progress)
-    return (list(wide.verify_s), cores) if sum(wide.verify_s) < sum(own) else (own, 0)
+    faster = sum(wide.verify_s) < sum(profile.verify_s)
+    return (list(wide.verify_s), cores) if faster else ([], 0)
 
 
 def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None,
