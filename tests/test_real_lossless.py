@@ -40,10 +40,11 @@ def oracle(smol_pair):
 # a prompt it drafts whole runs the accept path alone, which every prompt with a rejection
 # runs too between its rejections. A method's cases share the prompts out: every prompt is
 # checked by each method (sps: the default or 4; duo: 1, 4 or 16, and the odd ones by the
-# default too), each case holds one or more of 0, 2 and 6 and checks that it saw a rejection.
+# default too), each case holds one or more of 0, 2 and 6 and checks that it saw a rejection
+# (the defaults two: another host's numerics may draft one of them whole).
 # (Before, the defaults ran all ten: 11 CPU seconds more, on prompts drafted whole that
 # another case of the method checks.)
-CASES = [("sps", None, (2, 1, 3, 5, 7, 9)), ("sps", 4, (0, 2, 4, 6, 8)),
+CASES = [("sps", None, (2, 6, 1, 3, 5, 7, 9)), ("sps", 4, (0, 2, 4, 6, 8)),
          ("duo", None, (0, 6, 1, 3, 5, 7, 9)),
          ("duo", 1, (0, 3, 7)), ("duo", 4, (2, 4, 8, 9)), ("duo", 16, (6, 1, 5))]
 
