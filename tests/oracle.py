@@ -33,24 +33,27 @@ def _path() -> Path:
     return Path(os.environ.get("DUO_SUITE_CACHE") or cache_root()) / "oracle.json"
 
 
-def _key(pair, ids: list[int]) -> str:
+def _key(pair, ids: list[int], fields: dict | None = None) -> str:
+    """`fields`: a request's adjustments (a schema, biases, penalties) vanilla ran under."""
     t = pair.target
-    prompt = hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:24]
+    asked = [list(ids), fields] if fields else list(ids)
+    prompt = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
     return "|".join([pair.target_dir.name, str(t.device), str(t.dtype), str(t.quant),
                      str(t.path), code_hash(), prompt])
 
 
-def load(pair, ids: list[int]) -> tuple[list[int], int]:
+def load(pair, ids: list[int], fields: dict | None = None) -> tuple[list[int], int]:
     """(tokens, new tokens asked for) stored for this pair and prompt; ([], 0) if none."""
     path = _path()
     try:
-        tokens, asked = json.loads(path.read_text())[_key(pair, ids)]
+        tokens, asked = json.loads(path.read_text())[_key(pair, ids, fields)]
     except (OSError, ValueError, KeyError):
         return [], 0
     return tokens, asked
 
 
-def store(pair, ids: list[int], tokens: list[int], asked: int) -> None:
+def store(pair, ids: list[int], tokens: list[int], asked: int,
+          fields: dict | None = None) -> None:
     path = _path()
     try:
         known = json.loads(path.read_text())
@@ -58,7 +61,7 @@ def store(pair, ids: list[int], tokens: list[int], asked: int) -> None:
         known = {}
     code = f"|{code_hash()}|"
     known = {k: v for k, v in known.items() if code in k}  # older code's oracles go
-    known[_key(pair, ids)] = [tokens, asked]
+    known[_key(pair, ids, fields)] = [tokens, asked]
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # a reader never sees half a file
     tmp.write_text(json.dumps(known))
     os.replace(tmp, path)

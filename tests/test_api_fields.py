@@ -82,10 +82,11 @@ def sampled(served, method="vanilla", temperature=1.0, **kw):
         temperature=temperature, extra_body={"method": method}, **kw)
 
 
-@pytest.mark.parametrize("temperature", [0.5, 1.0])
-def test_one_seed_gives_one_text_for_every_method(served, temperature):
-    """The coupled sampler: the text depends on the seed alone, not on what was drafted."""
-    texts = {m: sampled(served, m, temperature, seed=5).choices[0].message.content
+def test_one_seed_gives_one_text_for_every_method(served):
+    """The coupled sampler: the text depends on the seed alone, not on what was drafted.
+    One temperature: the request's seed and temperature reaching every method is what this
+    checks; the property at 0.5 and 1.0 on the same pair is test_seeded.py's, in-process."""
+    texts = {m: sampled(served, m, 1.0, seed=5).choices[0].message.content
              for m in ("vanilla", "sps", "duo")}
     assert texts["vanilla"] and texts["vanilla"] == texts["sps"] == texts["duo"]
 

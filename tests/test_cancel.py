@@ -26,22 +26,25 @@ def fresh(smol_pair):
             for ids in (smol_pair.prompt_ids(p) for p in PROMPTS)]
 
 
-def cancel(pair, ids, k: int, how: str) -> list[int]:
-    """A duo generation cancelled after its k-th event; the tokens it gave."""
+def cancel(pair, ids, k: int, how: str) -> tuple[list[int], bool]:
+    """A duo generation cancelled after its k-th event: the tokens it gave, and whether the
+    cancel cut it (False: the k-th event was its last)."""
     seen = []
     if how == "stop":
         for ev in pair.generate(ids, GenConfig(max_new_tokens=N), lambda: len(seen) >= k):
             seen.append(ev)
-        assert seen[-1].done and seen[-1].stats["stop_reason"] in ("stopped", "max_new_tokens",
-                                                                   "eos")
+        reason = seen[-1].stats["stop_reason"]
+        assert seen[-1].done and reason in ("stopped", "max_new_tokens", "eos")
+        cut = reason == "stopped"
     else:
         events = pair.generate(ids, GenConfig(max_new_tokens=N))
         for ev in events:
             seen.append(ev)
             if len(seen) >= k:
+                cut = not ev.done
                 events.close()
                 break
-    return [t for e in seen for t in e.tokens]
+    return [t for e in seen for t in e.tokens], cut
 
 
 def consistent(pair, ids, got) -> None:
@@ -57,10 +60,19 @@ def consistent(pair, ids, got) -> None:
 
 @pytest.mark.parametrize("how", ["stop", "close"])
 def test_cancel_at_each_event_then_the_next_generation_is_fresh(smol_pair, fresh, how):
+    """Up to the first k past the generation's last event: a cancel there cuts nothing, nor
+    at any later k (the lookup memory only grows, so the events only get fewer; once the
+    answer is in it, three here: 1, 22 and 1 tokens), so those runs checked nothing more.
+    The memory starts empty in both cases (after the other case's runs, `close` had cut at
+    the first event alone, k 2 to 8 cutting nothing)."""
+    smol_pair.lookup_memory.clear()
     for k in range(1, 9):
         ids, _ = fresh[0]
-        got = cancel(smol_pair, ids, k, how)
+        got, cut = cancel(smol_pair, ids, k, how)
         assert got == fresh[0][1][:len(got)], f"cancelled at {k}"
         consistent(smol_pair, ids, got)
         ids, expected = fresh[k % 2]  # the same prompt, then another
         assert tokens(smol_pair, ids, "duo") == expected, f"after a cancel at {k}"
+        if not cut:
+            break
+    assert k >= 3, k  # cut at two events at least: then another prompt, then the same

@@ -34,16 +34,18 @@ def oracle(smol_pair):
     ids = {p: smol_pair.prompt_ids(p) for p in prompts}
     got = {p: vanilla_ids(smol_pair, ids[p], lossless.N if p in PROMPTS else N)[:N]
            for p in reversed(prompts)}
-    return {p: (ids[p], got[p]) for p in prompts}  # in order: HALVES index it
+    return {p: (ids[p], got[p]) for p in prompts}  # in order: HALVES and WRONG index it
 
 
 # these cases must branch, so they fix gamma: an auto gamma follows this machine's timings
 # and, when it falls to plain decoding or one token, leaves nothing to branch (the default,
 # dynamic case with the budget's own gamma: tests/test_real_lossless.py)
 # static-2 and static-3 run one code path with another number of branches, so they share
-# the prompts out (HALVES; every prompt is checked by the dynamic case and by a static one)
+# the prompts out (HALVES; every prompt is checked by a static case); the dynamic case runs
+# the prompts the draft gets wrong (WRONG), where a branch can be taken: on a prompt drafted
+# whole the first sequence wins every round, the accept path the static cases run too
 @pytest.mark.parametrize("options,half", [
-    ({"theta_scale": 0.05, "max_seqs": 4, "gamma": 5}, None),
+    ({"theta_scale": 0.05, "max_seqs": 4, "gamma": 5}, "wrong"),
     ({"static_k": 2, "gamma": 5}, 0), ({"static_k": 3, "gamma": 5}, 1),
 ], ids=["dynamic-low-theta", "static-2", "static-3"])
 def test_greedy_identical_with_multi_seq(smol_pair, oracle, options, half, monkeypatch):
@@ -51,24 +53,26 @@ def test_greedy_identical_with_multi_seq(smol_pair, oracle, options, half, monke
         # policy rightly keeps one sequence: make batching free and start the odds afresh
         monkeypatch.setattr(branching, "step_ratio", lambda step_s, k: 1.0)
         monkeypatch.setattr(smol_pair.learned, "odds", FirstTokenOdds())
-    seqs = {}
+    branched = 0  # prompts with rounds of several sequences
     for prompt, (ids, expected) in share(oracle, half):
         got, stats = run(smol_pair, ids, method="duo", multi_seq=True, **options)
         assert got == expected, f"{options} differs on {prompt!r}"
-        for k, v in stats["seq_hist"].items():
-            seqs[k] = seqs.get(k, 0) + v
-    assert any(int(k) > 1 for k in seqs), seqs  # rounds with several sequences did happen
+        branched += any(int(k) > 1 for k in stats["seq_hist"])
+    # rounds with several sequences did happen, on two prompts or more (margin for another
+    # host's numerics: dynamic, run after the whole list, branched on 3 of these 4 here)
+    assert branched >= 2, branched
 
 
 # Greedy, in 32 tokens the draft is wrong on prompts 0, 6, 10 and 11 (where a branch or a
 # pre-draft can be taken) and drafts the others whole: each half holds two of them.
 HALVES = ((0, 1, 2, 3, 4, 10), (5, 6, 7, 8, 9, 11))
+WRONG = (0, 6, 10, 11)
 
 
-def share(oracle: dict, half: int | None) -> list:
-    """The oracle's prompts, or one half of them (HALVES)."""
+def share(oracle: dict, half: int | str) -> list:
+    """One half of the oracle's prompts (HALVES), or the ones the draft gets wrong."""
     items = list(oracle.items())
-    return items if half is None else [items[i] for i in HALVES[half]]
+    return [items[i] for i in (WRONG if half == "wrong" else HALVES[half])]
 
 
 def seq_pos_max(drafter, seq):
@@ -136,9 +140,11 @@ def test_predrafts_are_what_a_fresh_draft_would_say(smol_pair):
                                    chunk.predrafts[(j, a)].tokens, 4, GREEDY, RNG).main.tokens
 
 
-# pre-drafts in every round, on one sequence and beside a second branch: the two cases share
-# the prompts out (HALVES: each prompt is checked with pre-drafts, and each case takes some)
-@pytest.mark.parametrize("options,half", [({}, 0), ({"static_k": 2}, 1)],
+# pre-drafts in every round, on one sequence and beside a second branch: both cases run the
+# prompts the draft gets wrong (WRONG), where a pre-draft can be taken (here: on two of them
+# in the dynamic case, three beside a branch; each half had one or two); the prompts drafted
+# whole (pre-drafts made and never taken, as between any two rejections) went from here
+@pytest.mark.parametrize("options,half", [({}, "wrong"), ({"static_k": 2}, "wrong")],
                          ids=["dynamic", "static-2"])
 def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, half, monkeypatch):
     monkeypatch.setattr(engine, "_predraft_policy", lambda run, budget: PredraftPolicy(
