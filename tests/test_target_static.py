@@ -103,9 +103,16 @@ def across_spans(target, n: int) -> list[np.ndarray]:
     return [o.cpu().numpy() for o in out]
 
 
-def test_static_target_across_spans_and_at_the_window_end(smol_pair):
+@pytest.fixture(scope="module")
+def eager_spans(smol_pair):
+    """The eager target's logits across spans: the reference of the static and the compiled
+    cases (computed once for both)."""
+    return across_spans(smol_pair.target, 512)
+
+
+def test_static_target_across_spans_and_at_the_window_end(smol_pair, eager_spans):
     static = StaticTarget(smol_pair.target_dir, "cpu", 512, "float32", compile=False)
-    assert_same_logits(across_spans(smol_pair.target, 512), across_spans(static, 512))
+    assert_same_logits(eager_spans, across_spans(static, 512))
     static.close()
 
 
@@ -188,14 +195,14 @@ def test_compiled_target_gives_the_eager_logits(smol_pair, compiled):
         assert_same_logits(chunks(smol_pair.target, ids), chunks(compiled.target, ids))
 
 
-def test_compiled_target_runs_one_graph_per_chunk_across_spans(smol_pair, compiled):
+def test_compiled_target_runs_one_graph_per_chunk_across_spans(compiled, eager_spans):
     """The span is dynamic: crossing span buckets up to the window's end compiles nothing
     new after the load's warm-up (its chunk sizes are the ones these forwards pad to), and
     gives the eager logits."""
     from torch._dynamo.utils import counters
 
     graphs = counters["stats"]["unique_graphs"]
-    assert_same_logits(across_spans(smol_pair.target, 512), across_spans(compiled.target, 512))
+    assert_same_logits(eager_spans, across_spans(compiled.target, 512))
     assert counters["stats"]["unique_graphs"] == graphs
 
 
