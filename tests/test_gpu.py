@@ -86,7 +86,7 @@ def test_cuda_graphs_engage_across_rollbacks(device):
         torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
     cpu = device == "cpu"
-    target = static(device, dtype, CPU_CTX if cpu else 256, (1, 8))
+    target = static(device, dtype, CPU_CTX if cpu else 256, CPU_BUCKETS if cpu else (1, 8))
     try:
         target.logits(list(range(100, 140)), 1)
         for n in (40, 20, 39):
