@@ -80,11 +80,10 @@ class Pair:
         self.target = load_target(*self._target_args, remeasure=self.opts.remeasure,
                                   threads=self._duo_share)
         self.drafter = None
-        # a fast tokenizer is not safe to share between threads: the page's context meter
-        # and the API's /tokenize run while a generation decodes, so every use takes this
+        # a fast tokenizer is not thread-safe: the page's meter and /tokenize run beside decoding
         self.tokenizer_lock = threading.RLock()
         try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
-            self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+            self.tokenizer = _tokenizer(AutoTokenizer, model_dir, self.spec.name)
             say(f"loading draft {draft_gguf.name} on the CPU")
             self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
                                         n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
@@ -96,8 +95,7 @@ class Pair:
         self.load_s = time.perf_counter() - t0
         self.grammars = Grammars(self.tokenizer, self.target.vocab_size, self.target.eos_ids)
         self.profile = None
-        # budget, first-token odds, draft health: across generations; DUO_DRIFT_CHECKS=off
-        # (the test suite's processes, whose profiles are fixed: tests/profiles.py)
+        # budget, odds, draft health across generations; DUO_DRIFT_CHECKS=off: tests/profiles.py
         self.learned = Learned(drift_checks=os.environ.get("DUO_DRIFT_CHECKS") != "off")
         # earlier prompts and outputs, for the lookup (the benchmark clears it per measured run)
         self.lookup_memory = SuffixMemory(cap_tokens=LOOKUP_MEMORY_TOKENS)
@@ -168,8 +166,7 @@ class Pair:
         return self.profile
 
     def _solo(self, method: str, threads: Threads, again: bool) -> tuple[list[float], int]:
-        """duo's verify times on every core and that count, for solo lookup rounds
-        (models/fit/profiler.py: solo_times); none for sps and on cuda."""
+        """duo's solo lookup rounds' times and thread count (profiler.solo_times), or none."""
         from models.fit.profiler import solo_times
 
         if method != "duo" or self.target.device.startswith("cuda"):
@@ -306,6 +303,15 @@ def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
     within the draft's trained window; past its window the draft proposes nothing and the
     target goes on alone."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
+
+
+def _tokenizer(auto, model_dir, pair: str):
+    """The target's tokenizer; PairError in one line where the folder has none."""
+    try:
+        return auto.from_pretrained(str(model_dir))
+    except (OSError, ValueError) as e:
+        why = (str(e).strip() or type(e).__name__).splitlines()[0]  # transformers': 5 lines
+        raise PairError(f"pair '{pair}': no tokenizer loads from {model_dir}: {why}") from e
 
 
 def _empty_cuda_cache(device: str) -> None:
