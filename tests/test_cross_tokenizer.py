@@ -15,6 +15,7 @@ from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
 from models.pairs.vocab_build import VocabMap
 from tests.fakes import FakeTarget, LongestMatch, decode, fake_profile, markov
+from tests.test_lookup_lossless import COPY_TEXT
 from tests.test_sampling_lossless import assert_matches, n_samples
 
 # -- fakes: two small vocabularies that spell the same text with different cuts ---------------
@@ -353,3 +354,18 @@ def test_gemma_smol_near_the_window_ends_with_length(gemma_pair, method, monkeyp
     tokens, stats = [t for e in events for t in e.tokens], events[-1].stats
     assert stats["stop_reason"] in ("context_window", "eos")
     assert len(ids) + len(tokens) <= 64
+
+
+def test_gemma_smol_lookup_tokens_need_no_translation(gemma_pair):
+    """The lookup proposes target ids: on gemma-smol they pass untranslated (here, beside
+    the file's other gemma-smol cases: one load per worker; tests/test_lookup_lossless.py
+    has the lookup's other cases)."""
+    from tests.conftest import vanilla_ids
+
+    ids = gemma_pair.tokenizer(COPY_TEXT)["input_ids"]
+    ref = vanilla_ids(gemma_pair, ids, 24)
+    events = list(gemma_pair.generate(list(ids), GenConfig(method="duo", lookup="on",
+                                                           max_new_tokens=24)))
+    assert [t for e in events for t in e.tokens] == ref
+    assert events[-1].stats["lookup"]["accepted"] > 0
+    gemma_pair.lookup_memory.clear()
