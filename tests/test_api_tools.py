@@ -163,6 +163,23 @@ def test_the_stream_sends_text_then_the_call_in_pieces():
     assert stream.finish() == [] and stream.calls == []
 
 
+def test_the_stream_gives_the_whole_answer_s_calls_wherever_a_piece_ends():
+    """Two pieces cut anywhere (a lookup round may bring the rest of a call in one event,
+    its first piece ending right after `"arguments":`, before the space), and three."""
+    text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n' \
+           '</tool_call>'
+    want = split_calls(text)[1][0]["function"]
+    for cuts in [(i,) for i in range(len(text))] + [(i, i + 7) for i in range(len(text) - 7)]:
+        stream, pieces, start = ToolStream(), [], 0
+        for cut in cuts + (len(text),):
+            pieces += stream.feed(text[start:cut])
+            start = cut
+        pieces += stream.finish()
+        args = "".join(v["function"].get("arguments", "") for k, v in pieces if k == "call")
+        assert [c["function"] for c in stream.calls] == [want] and args == want["arguments"], cuts
+        assert "".join(v for k, v in pieces if k == "text") == "Let me look.", cuts
+
+
 def test_the_stream_sends_a_call_in_another_layout_whole_at_the_end():
     stream = ToolStream()
     text = '<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>'
