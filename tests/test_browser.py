@@ -94,15 +94,20 @@ def _streamed_text(job) -> str:
     return ""
 
 
+def _streaming(client, prompt: str):
+    """A long answer submitted, once it streams (or ends, or 120 s pass): (job, start)."""
+    job = client.submit(*chat_args(prompt, tokens=1000), api_name="/chat")
+    t0 = time.perf_counter()
+    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
+        time.sleep(0.05)
+    return job, t0
+
+
 def test_cancel_leaves_app_usable(app):
     from gradio_client.utils import Status
 
     client = app["client"]
-    job = client.submit(*chat_args("Tell me a long story about a dragon.", tokens=1000),
-                        api_name="/chat")
-    t0 = time.perf_counter()
-    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
-        time.sleep(0.05)
+    job, t0 = _streaming(client, "Tell me a long story about a dragon.")
     assert _streamed_text(job)  # it is streaming
     job.cancel()
     while not job.done() and time.perf_counter() - t0 < 120:
@@ -114,11 +119,7 @@ def test_cancel_leaves_app_usable(app):
 
 def test_stop_ends_the_running_answer(app):
     client = app["client"]
-    job = client.submit(*chat_args("Tell me a long story about a knight.", tokens=1000),
-                        api_name="/chat")
-    t0 = time.perf_counter()
-    while not _streamed_text(job) and not job.done() and time.perf_counter() - t0 < 120:
-        time.sleep(0.05)
+    job, _ = _streaming(client, "Tell me a long story about a knight.")
     assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
     text, stats, status = answer_of(job.result(timeout=60))
     assert re.fullmatch(r"stopped after \d+ tokens", status), status
