@@ -103,12 +103,12 @@ class LookupPolicy:
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
                      beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf)
-        if solo:  # after a full pass the index goes on only where the proposal does
-            rates = [_solo_rate(budget, prior + probs[:n], beside, n, n < len(probs), miss)
-                     for n in range(1, len(probs) + 1)]
-        else:
-            rates = [self._rate(budget, prior + probs[:n], beside, len(prior), miss)
-                     for n in range(1, len(probs) + 1)]
+
+        def rate(n: int) -> float:  # solo: the index goes on only where the proposal does
+            if solo:
+                return _solo_rate(budget, prior + probs[:n], beside, n, n < len(probs), miss)
+            return self._rate(budget, prior + probs[:n], beside, len(prior), miss)
+        rates = [rate(n) for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
 
