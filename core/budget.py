@@ -268,29 +268,45 @@ def bucket_label(b: int) -> str:
 
 BAND_EDGES = (0.3, 0.6, 0.8, 0.9, 0.95)  # lookup confidence bands: <0.3, ..., >=0.95
 BAND_PRIOR = (0.05, 0.2, 0.4, 0.6, 0.8, 0.9)  # pass rates before any is measured
+LOCAL_WEIGHT = 4.0  # the carried rate, as tokens of this generation's own (LookupBands.rate)
 
 
 class LookupBands:
     """The suffix index's pass rate per confidence band (a token's `Lookup.conf`), learned
-    apart from the model draft's alpha: P(token passes | the tokens before it passed)."""
+    apart from the model draft's alpha: P(token passes | the tokens before it passed). The
+    rates carried between generations (`alpha`, an ema) are a prior of LOCAL_WEIGHT tokens
+    that this generation's own passes and failures per band outweigh as they come: a text
+    that copies little (a math answer) stops paying for lookups after a few misses, one that
+    copies much (a code edit) earns longer ones, whatever the texts before it taught."""
 
     def __init__(self, alpha: list[float] | None = None, ema: float = 0.1):
         self.alpha = list(alpha) if alpha else list(BAND_PRIOR)
         self.ema = ema
+        self.prior = list(self.alpha)  # the carried rates as this generation started
+        self.tried = [0] * len(self.alpha)  # this generation's tokens verified per band
+        self.passed = [0] * len(self.alpha)
 
     @staticmethod
     def band(conf: float) -> int:
         return bisect.bisect_right(BAND_EDGES, conf)
 
+    def rate(self, band: int) -> float:
+        """The band's pass rate for this generation: the carried rate as LOCAL_WEIGHT
+        pseudo-tokens beside this generation's counts."""
+        return ((self.prior[band] * LOCAL_WEIGHT + self.passed[band]) /
+                (LOCAL_WEIGHT + self.tried[band]))
+
     def pass_probs(self, conf: list[float]) -> list[float]:
-        return [self.alpha[self.band(c)] for c in conf]
+        return [self.rate(self.band(c)) for c in conf]
 
     def observe(self, conf: list[float], accepted: int) -> None:
         """Tokens before the first rejected one passed; that one failed; later ones were not
         tried."""
         for i, c in enumerate(conf[:accepted + 1]):
-            b = self.band(c)
-            self.alpha[b] += self.ema * (float(i < accepted) - self.alpha[b])
+            b, ok = self.band(c), i < accepted
+            self.alpha[b] += self.ema * (float(ok) - self.alpha[b])
+            self.tried[b] += 1
+            self.passed[b] += ok
 
     def state(self) -> list[float]:
         return list(self.alpha)

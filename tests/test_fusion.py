@@ -56,6 +56,18 @@ def test_a_copy_that_seldom_passes_leaves_the_models_chunk():
     assert picks[-1].source == "fused"  # the probe: the bands are measured now and then
 
 
+def test_a_generation_whose_copies_miss_stops_taking_them():
+    """Bands carried at 0.99 take the copy; two misses of this generation's (on the copy's
+    first token) leave the model's chunk to the rounds after them (the carried ema alone
+    would still be at 0.80 and fuse)."""
+    pol, run = policy(0.99)
+    model = Draft(list(MODEL_CHUNK))
+    assert pol.pick(run, budget(), model, beside=True).source != "model"
+    for _ in range(2):
+        pol.bands.observe([0.99] * 10, accepted=0)
+    assert pol.pick(run, budget(), model, beside=True).source == "model"
+
+
 def test_without_a_chunk_a_confident_copy_is_verified_alone():
     pol, run = policy(0.99)
     pick = pol.pick(run, budget(), Draft(), beside=True)

@@ -159,6 +159,23 @@ def test_bands_observe_passes_then_one_failure():
     assert bands.alpha[0] == LookupBands().alpha[0]  # after the rejection: not tried
 
 
+def test_a_generation_s_own_passes_outweigh_the_carried_rates():
+    """Four misses in a band of this generation bring its rate from the carried 0.8 to
+    below half; the next generation starts from the carried ema again (one step of it)."""
+    carried = [0.8] * len(LookupBands().alpha)
+    bands, top = LookupBands(carried), LookupBands.band(0.96)
+    assert bands.pass_probs([0.96]) == [0.8]
+    for _ in range(4):
+        bands.observe([0.96, 0.96], accepted=0)
+    assert bands.pass_probs([0.96])[0] == pytest.approx(0.8 * 4 / 8)
+    for _ in range(12):
+        bands.observe([0.96] * 3, accepted=3)  # a copy: 36 passes
+    assert bands.pass_probs([0.96])[0] == pytest.approx((3.2 + 36) / (4 + 40))
+    nxt = LookupBands(bands.state())
+    assert nxt.tried == [0] * len(carried)
+    assert nxt.pass_probs([0.96])[0] == pytest.approx(bands.alpha[top])
+
+
 def test_lookup_off_keeps_todays_rounds():
     """off: the same rounds as a generation that never heard of the lookup."""
     a = run("duo", "off", drafter=FakeDrafter(P), gamma=3)
