@@ -1,7 +1,7 @@
 """A/B of the lookup bands' per-generation calibration (issue 30): `duo` as shipped (local: a
 generation's own passes outweigh the carried band rates), `duo` with the carried rates alone
-(carried: the ema the generations before taught, as before), `duo-nolookup` and optionally
-`vanilla`, interleaved prompt by prompt, each arm on its own learning, default options.
+(carried: the ema the generations before taught, as before), `duo-nolookup`, `sps`, `vanilla`
+(as ARMS names), interleaved prompt by prompt, each arm on its own learning, default options.
 Prints each prompt's walls, then per arm the median of (arm / local) walls overall and per
 category, and writes OUT (json). Env: Q, PER, TOK, ARMS, PAIR, OUT."""
 import json
@@ -20,7 +20,8 @@ args = parse(["--pair", os.environ.get("PAIR", "smol-self"), "--questions",
               os.environ.get("Q", "bench/copy_prompts.jsonl"), "--max-new-tokens",
               os.environ.get("TOK", "256"), "--methods", "duo", "--out", "/tmp/ab-out"])
 pair = Pair(args.pair, load_options(args))
-method = {"local": "duo", "carried": "duo", "nolookup": "duo-nolookup", "vanilla": "vanilla"}
+method = {"local": "duo", "carried": "duo", "nolookup": "duo-nolookup", "sps": "sps",
+          "vanilla": "vanilla"}
 cfgs = {arm: method_config(args, method[arm]) for arm in ARMS}
 local_rate, carried_rate = B.LookupBands.rate, (lambda self, band: self.alpha[band])
 run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs["local"])
