@@ -41,4 +41,5 @@ def test_any_short_prompt_generates_and_greedy_equals_vanilla(smol_pair, prompt,
         return
     got = ids_of(smol_pair, prompt, method, tokens, gamma, raw)
     assert len(got) <= tokens
-    assert got == ids_of(smol_pair, prompt, "vanilla", tokens, None, raw)
+    if method != "vanilla":  # vanilla against itself: a third of the examples decoded twice
+        assert got == ids_of(smol_pair, prompt, "vanilla", tokens, None, raw)

@@ -32,7 +32,7 @@ def oracle(smol_pair):
     other worker at the same time (first prompt first) meets this one half way."""
     prompts = PROMPTS + ["Continue the list: apples, pears,", "Rewrite formally: gonna be late lol"]
     ids = {p: smol_pair.prompt_ids(p) for p in prompts}
-    got = {p: vanilla_ids(smol_pair, ids[p], lossless.N if p in PROMPTS else N)[:N]
+    got = {p: vanilla_ids(smol_pair, ids[p], lossless.ORACLE_N if p in PROMPTS else N)[:N]
            for p in reversed(prompts)}
     return {p: (ids[p], got[p]) for p in prompts}  # in order: HALVES and WRONG index it
 
