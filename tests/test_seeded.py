@@ -39,11 +39,20 @@ def texts(sampling, sampler="coupled", target=None, drafter=None, **kw) -> list[
     return out
 
 
+# t1 and the truncating transform run every method (a top-k/top-p row is where a branch's
+# or a pre-draft's support could part from the target's); t0.5, a temperature alone (the
+# same rows as t1, sharper: the same code paths), the three that stand for the rest: one
+# sps, duo at a fixed gamma and at its own (before, all nine: 6 x 60 seeded runs more)
+T05_RUNS = ("sps-g2", "duo-g3", "duo-auto")
+
+
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.5", "t0.8-k3-p0.9"])
 def test_seeded_text_is_the_target_alones_for_every_method(sampling):
     want = texts(sampling, method="vanilla")
     assert len({tuple(t) for t in want}) > len(SEEDS) // 2  # the seeds do vary the text
     for name, kw in RUNS.items():
+        if sampling.temperature == 0.5 and name not in T05_RUNS:
+            continue
         assert texts(sampling, **kw) == want, name
 
 
@@ -106,9 +115,12 @@ def test_the_drafts_32_bit_draws_agree_on_a_large_vocabulary():
         assert same >= 198
 
 
-@pytest.mark.parametrize("temperature", [0.5, 1.0])
+@pytest.mark.parametrize("temperature", [1.0])
 def test_real_pair_seeded_text_is_vanillas(smol_pair, temperature):
-    """smol-self, float32: the same seed gives the same text for every method."""
+    """smol-self, float32: the same seed gives the same text for every method. One
+    temperature: the real backends' coupled draws (llama.cpp's float32 noise, the target's
+    rows) take one path at any; every temperature runs on the fakes above (0.5 here too
+    cost a vanilla of 24 single steps, sps and duo: about 4 CPU seconds)."""
     ids = smol_pair.prompt_ids("Tell me a very short story about a robot who learns to paint.")
     sampling = SamplingConfig(temperature)
 
