@@ -1,6 +1,6 @@
 """Chats reuse what the caches hold, and the context window holds for every method: the real
-smol-self pair (gemma-smol, whose draft counts the window in its own tokens, is in
-tests/test_cross_tokenizer.py, where the session's gemma-smol is loaded)."""
+smol-self pair with its target cut to a few layers (gemma-smol, whose draft counts the window
+in its own tokens, is in tests/test_cross_tokenizer.py)."""
 from __future__ import annotations
 
 import pytest
@@ -37,43 +37,57 @@ def counting(monkeypatch, pair) -> dict:
     return seen
 
 
+# The pairs here have smol-self's target cut to a few layers (tests/cut_target.py): what these
+# tests check is bookkeeping (what the caches keep, where each method stops at the window,
+# what the draft and the budget's probes may hold), the same code whatever the layer count;
+# each forward, and the profile the probes time (32 verify sizes), costs a seventh.
+@pytest.fixture(scope="module")
+def cut(pair_with):
+    from tests.cut_target import load_cut
+
+    return load_cut(pair_with)
+
+
+@pytest.fixture(scope="module")
+def small_window(pair_with):
+    """The cut pair at a 64-token window."""
+    from tests.cut_target import load_cut
+
+    return load_cut(pair_with, n_ctx=64)
+
+
 @pytest.mark.parametrize("method", ["vanilla", "duo"])
-def test_turn_two_prefills_only_its_new_tokens(smol_pair, monkeypatch, method):
+def test_turn_two_prefills_only_its_new_tokens(cut, monkeypatch, method):
     # a drift check's own forwards would be counted (on a busy machine one may fall between
     # the turns): none here; that a check keeps both caches: tests/test_loader.py and
     # tests/test_target_static.py
-    monkeypatch.setattr(smol_pair.learned, "drifted", lambda method: False)
-    ids1 = smol_pair.prompt_ids(TURN1)
-    out1, _ = run(smol_pair, ids1, method=method, max_new_tokens=24)
-    turn2 = TURN1 + [{"role": "assistant", "content": smol_pair.decode(out1)},
+    monkeypatch.setattr(cut.learned, "drifted", lambda method: False)
+    ids1 = cut.prompt_ids(TURN1)
+    out1, _ = run(cut, ids1, method=method, max_new_tokens=24)
+    turn2 = TURN1 + [{"role": "assistant", "content": cut.decode(out1)},
                      {"role": "user", "content": "And two more, please."}]
-    ids2 = smol_pair.prompt_ids(turn2)
-    seen = counting(monkeypatch, smol_pair)
-    warm, stats = run(smol_pair, ids2, method=method, max_new_tokens=24)
+    ids2 = cut.prompt_ids(turn2)
+    seen = counting(monkeypatch, cut)
+    warm, stats = run(cut, ids2, method=method, max_new_tokens=24)
     kept = stats["cached_tokens"]
     assert kept >= len(ids1) and stats["prompt_tokens"] == len(ids2)
     assert seen["target"][0] == len(ids2) - kept  # only the new tokens
     if method == "duo":
         assert 0 < seen["draft"] <= len(ids2) - len(ids1) + 8
     seen["target"].clear()
-    cold, stats = run(smol_pair, ids2, method=method, max_new_tokens=24, cache_prompt=False)
+    cold, stats = run(cut, ids2, method=method, max_new_tokens=24, cache_prompt=False)
     assert cold == warm and stats["cached_tokens"] == 0
     assert seen["target"][0] == len(ids2)
 
 
-def test_an_unrelated_prompt_keeps_nothing_and_a_repeat_keeps_all_but_one(smol_pair):
-    ids = smol_pair.prompt_ids("Write a haiku about rain.")
-    first, _ = run(smol_pair, ids, method="sps", max_new_tokens=8)
-    again, stats = run(smol_pair, ids, method="sps", max_new_tokens=8)
+def test_an_unrelated_prompt_keeps_nothing_and_a_repeat_keeps_all_but_one(cut):
+    ids = cut.prompt_ids("Write a haiku about rain.")
+    first, _ = run(cut, ids, method="sps", max_new_tokens=8)
+    again, stats = run(cut, ids, method="sps", max_new_tokens=8)
     assert again == first and stats["cached_tokens"] == len(ids) - 1
-    other = smol_pair.prompt_ids("Quelle heure est-il ?")
-    _, stats = run(smol_pair, other, method="sps", max_new_tokens=4)
+    other = cut.prompt_ids("Quelle heure est-il ?")
+    _, stats = run(cut, other, method="sps", max_new_tokens=4)
     assert stats["cached_tokens"] == common_prefix(ids, other)  # the template's opening
-
-
-@pytest.fixture(scope="module")
-def small_window(pair_with):
-    return pair_with(n_ctx=64)
 
 
 @pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])

@@ -199,21 +199,17 @@ def test_the_profiler_s_probes_stay_out_of_a_generation_s_counters():
 
 
 # -- the real pair: gemma-smol, greedy ------------------------------------------------------------
-# plain English twice (the scripts below hold English too): "Why is the sky blue?" and a
-# list were two more prompts here (13 CPU seconds cold, oracle and method)
+# one prompt of each kind the translation is tested on (English, French, Chinese, code, emoji;
+# test_vocab.py translates more texts without the model): five more, a second of each kind,
+# were here, each sps's or the default duo's (their oracle alone about 14 CPU seconds cold)
 PROMPTS = [
     "Translate into French: 'Where is the train station?'",
     "Le petit déjeuner français typique comprend",
     "请用中文介绍一下长城。",
-    "北京是中国的首都，",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "SELECT name, COUNT(*) FROM orders",
-    "I love pizza 🍕 and ice cream 🍦 because",
     "Emoji story: 🐶➡️🏠, then",
-    "Solve for x: 3x + 7 = 22. Step 1:",
-    "Context: Paris is the capital of France. Question: What is the capital of France? Answer:",
 ]
-N = 24
+N = 16  # the draft's translated guesses are taken and turned down within these (asserted)
 
 
 def run(pair, ids, **kw):
@@ -243,17 +239,16 @@ def test_gemma_smol_loads_a_translating_vocabulary(gemma_pair):
 # duo-multi is the default (overlapped, the policy picks one sequence or more; on a CPU it
 # keeps one, where a `multi_seq=False` case would run the same rounds again). The prompts'
 # scripts are what the translation is tested on, the rounds (accepted, rejected, rolled back)
-# what the method is: `sps` and the default share the prompts out, each a prompt of every
-# kind (English, French, Chinese, code, emoji; each sees rejections and checks so), and
-# duo-k2-seq (two verify rows a round, the slowest) runs the ones whose cuts differ most
-# between the tokenizers: accents, Chinese, emoji with joiners, code.
-HARD = (1, 2, 7, 4)
+# what the method is: `sps` and the default run every prompt (each case sees rejections and
+# checks so), and duo-k2-seq (two verify rows a round, the slowest) the ones whose cuts
+# differ most between the tokenizers: accents, Chinese, emoji with joiners, code.
+HARD = (1, 2, 4, 3)
 
 
 @pytest.mark.parametrize("method,opts,prompts", [
-    ("sps", {}, (1, 3, 5, 7, 8)),
+    ("sps", {}, range(len(PROMPTS))),
     ("duo", {"gamma": 3, "static_k": 2, "sequential": True}, HARD),
-    ("duo", {}, (0, 2, 4, 6, 9)),
+    ("duo", {}, range(len(PROMPTS))),
 ], ids=["sps", "duo-k2-seq", "duo-multi"])
 def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts, prompts):
     kept = rejected = 0
@@ -281,7 +276,7 @@ def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
                          seed=3, multi_seq=False, lookup="off")  # the draft's tokens
         assert 0 < len(got) <= N
         v = stats["vocab"]
-        assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"]
+        assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"] > 0
 
 
 def test_different_tokenizers_mask_the_target_alone(gemma_pair):

@@ -206,13 +206,16 @@ QUANTS = [pytest.param(("cpu", "int8", "float32"), id="cpu-int8"),
 @pytest.fixture(scope="module", params=QUANTS)
 def quant_pair(request, pair_with):
     """smol-self in int8 (float32) or int4 (bfloat16): compiled on cuda, eager on the CPU
-    (where test_quant_target covers the rest; this twin checks the calls)."""
+    (where test_quant_target covers the rest; this twin checks the calls), with the target
+    cut to a few layers there as in test_quant_target (its int8 copy, made once)."""
     from models.loader import LoadOptions, Pair
 
     device, quant, dtype = request.param
     needs_sm80(device, f"{quant} with {dtype}")
     if device == "cpu":
-        yield pair_with(target_quant=quant, dtype=dtype)
+        from tests.cut_target import load_cut
+
+        yield load_cut(pair_with, target_quant=quant, dtype=dtype)
         return
     pair = Pair("smol-self", LoadOptions(device=device, dtype=dtype, target_quant=quant,
                                          target_compile="on", compile_buckets=GPU_BUCKETS))

@@ -1,8 +1,9 @@
-"""The quantized target on the real smol-self pair (oracle: `vanilla` on the same quantized
-target): greedy `sps`/`duo` token-identical for int8 (float32), divergence only at rounding
-ties for int4 (bfloat16, the only int4 the CPU runs); sampling through the quantized target
-draws its tokens (seed for seed, the first two); `--target-quant` picks and refuses as it
-says."""
+"""The quantized target on the real smol-self pair, its target cut to a few layers (oracle:
+`vanilla` on the same quantized target): greedy `sps`/`duo` token-identical for int8
+(float32), divergence only at rounding ties for int4 (bfloat16, the only int4 the CPU runs);
+sampling through the quantized target draws its tokens (seed for seed, the first two);
+`--target-quant` picks and refuses as it says. The quantization of all 30 layers, and how
+well it keeps the model's predictions: tests/test_quant.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,14 +23,22 @@ def run(pair, ids, **kw):
     return [t for e in events for t in e.tokens], events[-1].stats
 
 
+# The pairs' targets are cut to a few of smol-self's 30 layers (tests/cut_target.py): the
+# quantized path's verify and rollback against its own vanilla are the same code whatever the
+# count, and a quantized copy made for a fresh cache (int4: 25 CPU seconds for 30 layers)
+# and each forward cost a fraction.
 @pytest.fixture(scope="module")
 def int8_pair(pair_with):
-    return pair_with(target_quant="int8")
+    from tests.cut_target import load_cut
+
+    return load_cut(pair_with, target_quant="int8")
 
 
 @pytest.fixture(scope="module")
 def int4_pair(pair_with):
-    return pair_with(target_quant="int4", dtype="bfloat16")
+    from tests.cut_target import load_cut
+
+    return load_cut(pair_with, target_quant="int4", dtype="bfloat16")
 
 
 @pytest.mark.parametrize("method,options", [("sps", {}), ("duo", {}),
