@@ -9,10 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from core.engine import GenConfig
 from models.pairs.catalog import PairSpec
 from measure.peers import PeerConfig, check, run_peer
-from scripts.benchmark import method_config, parse, run_one
+from scripts.benchmark import method_config, parse
 
 PROMPTS = ["Why is the sky blue?", "List three uses of a paperclip."]
 N = 16
@@ -33,10 +32,12 @@ def pair(smol_pair):
 
 
 @pytest.fixture(scope="module")
-def vanilla(pair):
-    """Vanilla's greedy token ids for each prompt."""
-    return {p: run_one(pair, pair.prompt_ids(p), GenConfig("vanilla", N))["token_ids"]
-            for p in PROMPTS}
+def vanilla(smol_pair):
+    """Vanilla's greedy token ids for each prompt: the oracle's (tests/conftest.py; the
+    first prompt's is tests/test_real_lossless.py's, on disk), not 32 single steps again."""
+    from tests.conftest import vanilla_ids
+
+    return {p: vanilla_ids(smol_pair, smol_pair.prompt_ids(p), N) for p in PROMPTS}
 
 
 @pytest.mark.parametrize("method", ["hf-assisted", "hf-pld", "hf-static"])
