@@ -135,7 +135,7 @@ def test_concurrent_clients_get_the_answers_they_get_alone_or_a_429(served):
     ten, in tests/test_soak.py, were the same check over raw HTTP at 6 tokens: 32
     generations more)."""
     def ask(q):
-        return chat(served, [{"role": "user", "content": q}], max_tokens=12,
+        return chat(served, [{"role": "user", "content": q}], max_tokens=8,
                     extra_body={"method": "duo"}).choices[0].message.content
 
     def ask_or_refused(q):
@@ -144,6 +144,7 @@ def test_concurrent_clients_get_the_answers_they_get_alone_or_a_429(served):
         except openai.RateLimitError as e:
             return e.body
     alone = [ask(q) for q in QUESTIONS]
+    assert len(set(alone)) == len(alone)  # a mix-up would show (8 tokens: 12 before)
     served.api.gate.limit = 6  # fewer places than clients
     try:
         with ThreadPoolExecutor(len(QUESTIONS)) as pool:
