@@ -133,8 +133,10 @@ PROMPTS = [json.loads(line)["turns"][0] for line in (ROOT / "bench" / "prompts.j
 
 @pytest.fixture(scope="module")
 def smol():
-    """(model_dir, float32 model, prompt+greedy-continuation ids of the float32 model). One
-    thread: these tests check numbers, not speed, and stay quick on a busy machine."""
+    """(model_dir, the float32 model's top tokens on `seqs` (computed once for every case),
+    prompt+greedy-continuation ids of the float32 model, its tokenizer and perplexity of
+    TEXT). One thread: these tests check numbers, not speed, and stay quick on a busy
+    machine."""
     import torch
     from transformers import AutoTokenizer
 
@@ -154,7 +156,8 @@ def smol():
                 ids = torch.cat([ids, out.logits[:, -1:].argmax(-1)], dim=1)
                 out = ref(ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
             seqs.append((ids, n_prompt))
-    yield folder, ref, seqs
+        ref_top = [ref(ids).logits[0, n_prompt - 1:].argmax(-1) for ids, n_prompt in seqs]
+    yield folder, ref_top, seqs, tok, perplexity(ref, tok)
     torch.set_num_threads(threads)
 
 
@@ -164,14 +167,13 @@ def load(folder, dtype=None):
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or torch.float32).eval()
 
 
-def top1_agreement(ref, model, seqs) -> float:
-    """Share of positions (the prompt's last, then the float32 model's continuation) where both
-    models' top token is the same, teacher-forced on the same text."""
+def top1_agreement(ref_top, model, seqs) -> float:
+    """Share of positions (the prompt's last, then the float32 model's continuation) where
+    `model`'s top token is the float32 model's (`ref_top`), teacher-forced on the same text."""
     import torch
     same = total = 0
     with torch.inference_mode():
-        for ids, n_prompt in seqs:
-            a = ref(ids).logits[0, n_prompt - 1:].argmax(-1)
+        for a, (ids, n_prompt) in zip(ref_top, seqs):
             b = model(ids).logits[0, n_prompt - 1:].argmax(-1)
             same += int((a == b).sum())
             total += a.numel()
@@ -217,19 +219,17 @@ def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path
     import torch
 
     from models.target import quant
-    folder, ref, seqs = smol
+    folder, ref_top, seqs, tok, ref_ppl = smol
     model = load(folder, getattr(torch, dtype))
     quant.quantize(model, kind, "cpu", group)
     assert quant.quant_kind(model) == kind
     assert type(model.lm_head.weight) is torch.nn.Parameter  # lm_head and embeddings stay float
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    agreement = top1_agreement(ref, model, seqs)
+    agreement = top1_agreement(ref_top, model, seqs)
     n = sum(ids.shape[1] - n_prompt + 1 for ids, n_prompt in seqs)
     print(f"{kind}{'' if kind == 'int8' else f' group {group or 64}'} ({dtype} activations): top-1 "
           f"agreement with float32, {n} positions of {len(seqs)} prompts: {agreement:.3f}")
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    ppl, ref_ppl = perplexity(model, tok), perplexity(ref, tok)
+    ppl = perplexity(model, tok)
     print(f"{kind}: perplexity of a {len(TEXT)}-character text {ppl:.2f} (float32 {ref_ppl:.2f})")
     assert agreement > 0.5 and ppl < 4 * ref_ppl
 
@@ -249,8 +249,8 @@ def test_bfloat16_agreement_for_comparison(smol):
     """int4 runs with bfloat16 activations on the CPU; this is the part of its disagreement
     that bfloat16 alone accounts for (reported, not asserted beyond sanity)."""
     import torch
-    folder, ref, seqs = smol
-    agreement = top1_agreement(ref, load(folder, torch.bfloat16), seqs)
+    folder, ref_top, seqs = smol[:3]
+    agreement = top1_agreement(ref_top, load(folder, torch.bfloat16), seqs)
     print(f"none (bfloat16): top-1 agreement with float32 over {len(seqs)} prompts: {agreement:.3f}")
     assert agreement > 0.5
 
@@ -260,7 +260,7 @@ def test_second_start_loads_the_cached_quantized_target(smol, tmp_path, monkeypa
 
     from models.target import quant
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
-    folder, ref, seqs = smol
+    folder, _, seqs = smol[:3]
     said = []
     first = quant.load_or_quantize(folder, "int8", "cpu", torch.float32, progress=said.append)
     from torch._inductor import config as inductor
