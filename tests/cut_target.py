@@ -1,6 +1,6 @@
 """A suite pair's target cut to its first few layers (its real weights, tokenizer and config
-otherwise), built once into the suite's cache: for tests whose subject is a path (static,
-compiled) equal to the eager one on the same weights, which the layer count does not change."""
+otherwise), built once into the suite's cache: for tests whose subject (a path equal to the
+eager one on the same weights, a window's or a thread's bookkeeping) no layer count changes."""
 from __future__ import annotations
 
 import json

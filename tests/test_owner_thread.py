@@ -1,7 +1,8 @@
 """One thread owns the target (models/owner.py, app/host.py): the owner runs calls and
 generators in order and hands out their results, errors and events; with a real smol-self
-pair, every target call of a load, a page generation stepped from changing threads (as
-gradio's workers step it), an API job and a pair switch runs on the host's owner thread."""
+pair (its target cut to a few layers), every target call of a load, a page generation stepped
+from changing threads (as gradio's workers step it), an API job and a pair switch runs on the
+host's owner thread."""
 from __future__ import annotations
 
 import asyncio
@@ -96,11 +97,20 @@ async def _api_job(host, ids, cfg):
     return events
 
 
-def test_every_target_call_of_load_page_api_and_switch_runs_on_the_owner(target_calls):
+def test_every_target_call_of_load_page_api_and_switch_runs_on_the_owner(target_calls,
+                                                                        monkeypatch):
+    """The pair's target cut to a few layers (tests/cut_target.py): which thread makes each
+    call is the subject, the same for any layer count; both loads and the generations cost
+    a fraction."""
+    import models.loader
     from app.host import ModelHost, real_pair
     from app.ui import App
     from core.engine import GenConfig
     from models.loader import LoadOptions, Pair
+    from tests.cut_target import cut_target
+
+    folder = cut_target("smol-self")
+    monkeypatch.setattr(models.loader, "converted_dir", lambda *a, **k: folder)
 
     opts = LoadOptions(device="cpu", dtype="float32", target_compile="off", target_quant="none")
     load = real_pair(opts)  # profiles and warms up: the app's load
@@ -111,6 +121,7 @@ def test_every_target_call_of_load_page_api_and_switch_runs_on_the_owner(target_
     list(host.prepare("smol-self", poll_s=0.05))
     assert host.state == "ready", host.log
     first = host.pair.inner
+    assert first.target_dir == folder
 
     page = App(host, "smol-self").chat(SimpleNamespace(session_hash="owner"), "Hello there",
                                        [], "smol-self", False, "",
