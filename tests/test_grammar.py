@@ -1,6 +1,6 @@
 """response_format, logit_bias, penalties and logprobs on the real smol-self pair: greedy
 `sps` and `duo` equal the adjusted target alone (`vanilla`) token for token (on the compiled
-static target: tests/test_target_static.py, which compiles it once); a schema's output
+static target: tests/test_target_static.py, on smol-self's target cut to 4 layers); a schema's output
 validates and ends with EOS; a tool answer that starts as text is free after its start
 (gemma-smol, whose draft proposes unadjusted: tests/test_cross_tokenizer.py)."""
 from __future__ import annotations
@@ -36,7 +36,8 @@ def run(pair, prompt, n=48, **kw):
 
 def adjusted_vanilla(pair, prompt: str, fields: dict, n: int = 48) -> list[int]:
     """Greedy `vanilla`'s n ids under `fields`, decoded once and kept on disk beside the
-    oracle (tests/oracle.py): test_target_static.py's compiled case asks for one of these."""
+    oracle (tests/oracle.py); test_target_static.py's compiled case decodes its own on the
+    cut target."""
     from tests import oracle
 
     ids = pair.prompt_ids(prompt)

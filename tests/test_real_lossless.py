@@ -20,8 +20,8 @@ PROMPTS = [
     "Explain recursion to a ten-year-old.",
 ]
 N = 32  # new tokens a run: every case's rejections show by then (48 before: a third more)
-ORACLE_N = 48  # the oracle's length on disk: test_multi_seq, test_draft_format and
-# test_target_static ask for it too (a shorter run stored first is decoded again for a longer)
+ORACLE_N = 48  # the oracle's length on disk: test_multi_seq and test_draft_format ask for it
+# too (a shorter run stored first is decoded again for a longer)
 
 
 def run(pair, ids, n=N, **kw):
