@@ -104,10 +104,17 @@ Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejection
 SAMPLINGS = [SamplingConfig(1.0), SamplingConfig(0.8, top_k=3, top_p=0.9)]
 
 
-@pytest.mark.parametrize("method,gamma,sampler", [
-    ("vanilla", None, "coupled"), ("sps", 2, "rejection"), ("duo", 1, "rejection"),
-    ("duo", 3, "rejection")])
-@pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.8-k3-p0.9"])
+SAMPLING_IDS = ["t1", "t0.8-k3-p0.9"]
+# every method at both samplings; duo at gamma 1 (one-token chunks) too, at t1 only: the
+# samplings' transforms are the rows' (the same in every method), gamma 3 runs them in duo
+JOINT_CASES = [pytest.param(m, g, s, sampling, id=f"{sid}-{m}-{g}-{s}")
+               for sampling, sid in zip(SAMPLINGS, SAMPLING_IDS)
+               for m, g, s in (("vanilla", None, "coupled"), ("sps", 2, "rejection"),
+                               ("duo", 3, "rejection"))]
+JOINT_CASES.append(pytest.param("duo", 1, "rejection", SAMPLINGS[0], id="t1-duo-1-rejection"))
+
+
+@pytest.mark.parametrize("method,gamma,sampler,sampling", JOINT_CASES)
 def test_joint_distribution_matches_target(method, gamma, sampler, sampling):
     """duo runs 2 x N_TOKENS and both halves' joints are tested: in its first N_TOKENS the
     worker has drafted little (its first chunk is drafted beside the prefill: 0.56 drafted
@@ -123,7 +130,7 @@ def test_joint_distribution_matches_target(method, gamma, sampler, sampling):
         assert_matches(part, exact_joint(P_TARGET, sampling, skip=half * N_TOKENS), n)
 
 
-@pytest.mark.parametrize("sampling", SAMPLINGS, ids=["t1", "t0.8-k3-p0.9"])
+@pytest.mark.parametrize("sampling", SAMPLINGS, ids=SAMPLING_IDS)
 def test_sps_gamma_4_at_three_tokens_is_gamma_2_seed_for_seed(sampling):
     def texts(gamma):
         target, drafter, out = FakeTarget(P_TARGET), FakeDrafter(Q_DRAFT), []
