@@ -100,7 +100,7 @@ class ToolStream:
     def _arguments(self, out: list) -> bool:
         entry, at = self.open["entry"], self.open["at"]
         if self.sent == at:  # the space before the arguments' value: a piece may end at `:`
-            at += len(self.text) - at - len(self.text[at:].lstrip())
+            at = len(self.text) - len(self.text[at:].lstrip())
             self.open["at"] = self.sent = at
         try:
             end = json.JSONDecoder().raw_decode(self.text, at)[1]

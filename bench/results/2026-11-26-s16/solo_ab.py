@@ -3,16 +3,15 @@ out (beside: every lookup verified beside the drafting worker, as before), `duo-
 `vanilla`, interleaved prompt by prompt, each arm on its own learning, default options
 (COMPILE=auto). Prints each prompt's walls, then per arm the median of (arm / solo) walls
 overall and per category, and writes OUT (json). Env: Q, PER, TOK, ARMS, PAIR, OUT."""
-import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.environ.get("REPO", "/work/main"))
 from core import budget as B  # noqa: E402
+from measure.ab import run_arms, summarize  # noqa: E402
 from models.loader import Pair  # noqa: E402
-from scripts.benchmark import (forget, load_options, load_questions, method_config,  # noqa: E402
-                               own_learning, parse, run_one)
+from scripts.benchmark import (load_options, load_questions, method_config, parse,  # noqa: E402
+                               run_one)
 
 ARMS = os.environ.get("ARMS", "solo,beside,nolookup,vanilla").split(",")
 args = parse(["--pair", os.environ.get("PAIR", "smol-self"), "--questions",
@@ -23,35 +22,13 @@ pair = Pair(args.pair, load_options(args))
 method = {"solo": "duo", "beside": "duo", "nolookup": "duo-nolookup", "vanilla": "vanilla"}
 cfgs = {arm: method_config(args, method[arm]) for arm in ARMS}
 solo_on, solo_off = B.DraftBudget.solo, property(lambda self: False)
+
+
+def patch(arm: str) -> None:
+    B.DraftBudget.solo = solo_on if arm == "solo" else solo_off
+
+
 run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs["solo"])
-store, rows = {}, []
-for q in load_questions(args.questions, int(os.environ.get("PER", "1"))):
-    ids, out = pair.prompt_ids(q["prompt"]), {}
-    for arm, cfg in cfgs.items():
-        B.DraftBudget.solo = solo_on if arm == "solo" else solo_off
-        forget(pair)
-        with own_learning(pair, store, arm):
-            s = run_one(pair, ids, cfg)
-        out[arm] = {"wall_s": s["wall_s"], "new_tokens": s["new_tokens"],
-                    "rounds": s.get("rounds"), "lookup": s.get("lookup"),
-                    "ids": s["token_ids"]}
-    same = all(out[a]["ids"] == out["solo"]["ids"] for a in ARMS)
-    rows.append({"category": q["category"], "identical": same,
-                 **{a: {k: v for k, v in out[a].items() if k != "ids"} for a in ARMS}})
-    print(q["category"], {a: round(out[a]["wall_s"], 2) for a in ARMS}, "identical", same,
-          "solo", (out["solo"]["lookup"] or {}).get("solo"), flush=True)
-
-
-def median_ratio(arm, cat=None):
-    return statistics.median(r[arm]["wall_s"] / r["solo"]["wall_s"] for r in rows
-                             if cat in (None, r["category"]))
-
-
-summary = {arm: {"overall": median_ratio(arm),
-                 **{c: median_ratio(arm, c) for c in sorted({r["category"] for r in rows})}}
-           for arm in ARMS if arm != "solo"}
-for arm, by in summary.items():
-    print(f"{arm} / solo wall (medians):", {k: round(v, 3) for k, v in by.items()})
-print("identical", sum(r["identical"] for r in rows), "of", len(rows))
-json.dump({"rows": rows, "summary": summary}, open(os.environ.get("OUT", "/tmp/ab.json"), "w"),
-          indent=1)
+rows = run_arms(pair, load_questions(args.questions, int(os.environ.get("PER", "1"))), cfgs,
+                run_one, patch, "solo")
+summarize(rows, ARMS, "solo", os.environ.get("OUT", "/tmp/ab.json"))

@@ -1,0 +1,51 @@
+"""A/B runs of one code change: arms (a method each, some with the change patched out) run
+interleaved prompt by prompt on one pair, each arm on its own learning and with the lookup
+memory emptied before each run; walls compared per prompt against a reference arm (the
+texts are equal, so a wall ratio is a speed ratio). The A/B scripts in bench/results use it."""
+from __future__ import annotations
+
+import json
+import statistics
+
+from measure.replay import forget, own_learning
+
+
+def run_arms(pair, questions: list[dict], cfgs: dict, run, patch, ref: str) -> list[dict]:
+    """One row per question: each arm's wall, tokens, rounds and lookup stats, and whether
+    every arm's text equals `ref`'s. `run(pair, ids, cfg)` -> stats (the benchmark's
+    run_one); `patch(arm)` sets the code the arm runs before its run. Prints each row."""
+    store, rows = {}, []
+    for q in questions:
+        ids, out = pair.prompt_ids(q["prompt"]), {}
+        for arm, cfg in cfgs.items():
+            patch(arm)
+            forget(pair)
+            with own_learning(pair, store, arm):
+                s = run(pair, ids, cfg)
+            out[arm] = {"wall_s": s["wall_s"], "new_tokens": s["new_tokens"],
+                        "rounds": s.get("rounds"), "lookup": s.get("lookup"),
+                        "ids": s["token_ids"]}
+        rows.append({"category": q["category"],
+                     "identical": all(o["ids"] == out[ref]["ids"] for o in out.values()),
+                     **{a: {k: v for k, v in o.items() if k != "ids"} for a, o in out.items()}})
+        print(q["category"], {a: round(o["wall_s"], 2) for a, o in out.items()},
+              "identical", rows[-1]["identical"], flush=True)
+    return rows
+
+
+def summarize(rows: list[dict], arms: list[str], ref: str, out: str) -> dict:
+    """Per arm but `ref`, the median of (arm / ref) walls overall and per category; printed,
+    and written to `out` (json) with the rows."""
+    def median_ratio(arm, cat=None):
+        return statistics.median(r[arm]["wall_s"] / r[ref]["wall_s"] for r in rows
+                                 if cat in (None, r["category"]))
+
+    cats = sorted({r["category"] for r in rows})
+    summary = {arm: {"overall": median_ratio(arm), **{c: median_ratio(arm, c) for c in cats}}
+               for arm in arms if arm != ref}
+    for arm, by in summary.items():
+        print(f"{arm} / {ref} wall (medians):", {k: round(v, 3) for k, v in by.items()})
+    print("identical", sum(r["identical"] for r in rows), "of", len(rows))
+    with open(out, "w") as f:
+        json.dump({"rows": rows, "summary": summary}, f, indent=1)
+    return summary
