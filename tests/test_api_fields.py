@@ -28,11 +28,13 @@ def test_null_means_the_default(served):
     body = {**GOOD, **{k: None for k in NULLS}, "max_completion_tokens": 4}
     r = served.post("/chat/completions", body)
     assert r.status_code == 200, r.text
-    assert r.json()["usage"]["completion_tokens"] == 4
+    n, finish = r.json()["usage"]["completion_tokens"], r.json()["choices"][0]["finish_reason"]
+    assert (n, finish) == (4, "length") or (n < 4 and finish == "stop")  # sampled: may end
     reply = served.client().chat.completions.create(model="smol-self", messages=HELLO,
                                                     max_tokens=4, temperature=None, top_p=None,
                                                     n=None, seed=None, stop=None)
-    assert reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in ("length", "stop")
+    assert reply.usage.completion_tokens <= 4
 
 
 def test_up_to_64_stop_strings_and_the_last_one_stops(served):

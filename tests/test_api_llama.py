@@ -42,11 +42,12 @@ def test_routes_without_v1(served):
     r = httpx.post(served.base + "/chat/completions", json=GOOD, headers=AUTH, timeout=120)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
     r = httpx.post(served.base + "/completions", headers=AUTH, timeout=120,
-                   json={"model": "smol-self", "prompt": "The sky is", "max_tokens": 3})
+                   json={"model": "smol-self", "prompt": "The sky is", "max_tokens": 3,
+                         "temperature": 0})
     assert r.json()["usage"]["completion_tokens"] == 3
     client = openai.OpenAI(base_url=served.base, api_key=KEY, max_retries=0)
     assert client.chat.completions.create(model="smol-self", messages=GOOD["messages"],
-                                          max_tokens=3).choices[0].message.content
+                                          max_tokens=3, temperature=0).choices[0].message.content
     assert httpx.post(served.base + "/chat/completions", json=GOOD).status_code == 401
 
 
