@@ -7,21 +7,24 @@ import pytest
 from core.engine import GenConfig
 from tests.conftest import vanilla_ids
 
+# The last two were test_multi_seq.py's own (it runs these ten now: one oracle for both
+# files). Two prompts went ("Write a Python function that reverses a linked list.",
+# "Explain recursion to a ten-year-old."): at 32 tokens every method but duo at gamma 1
+# drafted them whole (1 and 3 rejections there), the accept path every prompt runs.
 PROMPTS = [
     "Why is the sky blue?",
     "Write a haiku about a cat sleeping in the sun.",
     "Translate into French: 'Where is the train station?'",
     "What is 17 times 23? Show the steps.",
-    "Write a Python function that reverses a linked list.",
     "Summarize in one sentence: The meeting was moved to Thursday because the manager was ill.",
     "List three tips for staying focused while studying.",
     "Context: Paris is the capital of France. Question: What is the capital of France?",
     "Tell me a very short story about a robot who learns to paint.",
-    "Explain recursion to a ten-year-old.",
+    "Continue the list: apples, pears,",
+    "Rewrite formally: gonna be late lol",
 ]
-N = 32  # new tokens a run: every case's rejections show by then (48 before: a third more)
-ORACLE_N = 48  # the oracle's length on disk: test_multi_seq and test_draft_format ask for it
-# too (a shorter run stored first is decoded again for a longer)
+N = 32  # new tokens a run, and the oracle's length: every case's rejections show by then
+# (48 before: 160 vanilla steps more, about 12 CPU seconds; test_multi_seq.py asks for 32)
 
 
 def run(pair, ids, n=N, **kw):
@@ -33,25 +36,23 @@ def run(pair, ids, n=N, **kw):
 @pytest.fixture(scope="module")
 def oracle(smol_pair):
     ids = {p: smol_pair.prompt_ids(p) for p in PROMPTS}
-    return {p: (ids[p], vanilla_ids(smol_pair, ids[p], ORACLE_N)[:N]) for p in PROMPTS}
+    return {p: (ids[p], vanilla_ids(smol_pair, ids[p], N)) for p in PROMPTS}
 
 
 # duo's own gamma runs the default, dynamic multi-sequence drafting (tests/test_multi_seq.py
-# forces branching); the fixed gammas draft one sequence. Greedy, the draft is wrong on
-# prompts 0, 2 and 6 (duo's lookup proposals on some others too) and drafts the rest whole,
-# so a prompt drafted whole runs the accept path alone, which every prompt with a rejection
-# runs too between its rejections. A method's cases share the prompts out: every prompt is
-# checked by each method (sps: the default or 4, the odd ones by the default; duo: 1, 4 or
-# 16), and each case checks that it saw rejections, over its prompts (at 32 tokens here:
-# sps default 7, at 4 7; duo default 17, at 1 9, at 4 3, at 16 5; another host's numerics
-# may draft one wrong prompt whole); duo's default runs 0, 2 and 6 (on a prompt drafted
-# whole its dynamic drafting keeps one sequence: the fixed gammas' accept path).
-# (Before, the defaults ran all ten: 11 CPU seconds more, on prompts drafted whole that
-# another case of the method checks; then duo's default the odd ones too, sps at 4 prompt
-# 6 beside the default, and every run 48 tokens: about 25 CPU seconds more.)
-CASES = [("sps", None, (2, 6, 1, 3, 5, 7, 9)), ("sps", 4, (0, 2, 4, 8)),
-         ("duo", None, (0, 2, 6)),
-         ("duo", 1, (0, 7, 9)), ("duo", 4, (2, 3, 4, 8)), ("duo", 16, (6, 1, 5))]
+# forces branching); the fixed gammas draft one sequence. Greedy, the draft is wrong on some
+# prompts and drafts the others whole (duo's lookup proposals are turned down on some of
+# those), so a prompt drafted whole runs the accept path alone, which every prompt with a
+# rejection runs too between its rejections. A method's cases share the prompts out, each
+# prompt once: every prompt is checked by each method, and each case checks that it saw
+# rejections over its prompts, two or more of which had some here (rejections at 32 tokens,
+# by prompt: sps default 2: 24, 9: 20; sps 4: 0: 3, 5: 3, 8: 5; duo default 2: 5, 4: 11,
+# 6: 6; duo 1 0: 4, 7: 9; duo 4 3: 20, 9: 2; duo 16 5: 4, 8: 34; another host's numerics
+# may draft one wrong prompt whole). (Before: 10 prompts at 48 tokens for the oracle, 24
+# runs at 32: the oracle 224 vanilla steps more with test_multi_seq.py's two, 4 runs more.)
+CASES = [("sps", None, (1, 2, 3, 4, 6, 9)), ("sps", 4, (0, 5, 7, 8)),
+         ("duo", None, (2, 4, 6)),
+         ("duo", 1, (0, 7)), ("duo", 4, (1, 3, 9)), ("duo", 16, (5, 8))]
 
 
 @pytest.mark.parametrize("method,gamma,prompts", CASES,
