@@ -26,9 +26,43 @@ def test_dtype_defaults_and_errors():
         pick_dtype("cpu", "int3")
 
 
+def test_conversion_in_bfloat16_rounds_the_float32_weights(tmp_path, monkeypatch):
+    """A GGUF converted for a bfloat16 target: its own folder (`-bfloat16`) with the config and
+    tokenizer, every weight the float32 conversion's rounded to bfloat16. A random 2-layer
+    GGUF (measure/gguf_random.py): the same code path as smol-self's (about 20 CPU seconds
+    on a fresh cache), a fraction of the cost."""
+    import torch
+    from safetensors.torch import load_file
+
+    from measure.gguf_random import write_random_gguf
+    from measure.gpu_bench import TINY
+    from models.pairs.convert import converted_dir
+
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    gguf = write_random_gguf(tmp_path / "tiny.gguf", TINY)
+    bf16, fp32 = converted_dir(gguf, None, "bfloat16"), converted_dir(gguf)
+    assert bf16.name == f"{fp32.name}-bfloat16" and bf16.parent == tmp_path / "converted"
+    assert {"config.json", "tokenizer.json"} <= {f.name for f in bf16.iterdir()}
+    a, b = load_file(bf16 / "model.safetensors"), load_file(fp32 / "model.safetensors")
+    assert a.keys() == b.keys() and {t.dtype for t in a.values()} == {torch.bfloat16}
+    assert all(torch.equal(a[k], b[k].to(torch.bfloat16)) for k in a)
+
+
 @pytest.fixture(scope="module")
 def bf16_pair(pair_with):
-    return pair_with(dtype="bfloat16")
+    """smol-self with a bfloat16 target loaded from the float32 conversion the suite made
+    (rounded at load): bit for bit the weights of its bfloat16 conversion (the GGUF's values
+    rounded either way; the conversion: the test above), which a fresh cache would convert
+    again (about 20 CPU seconds)."""
+    import models.loader as loader
+    from tests.cut_target import source
+
+    folder = source("smol-self")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loader, "converted_dir", lambda *a, **k: folder)
+        pair = pair_with(dtype="bfloat16")
+    assert pair.target_dir == folder and str(pair.target.model.dtype) == "torch.bfloat16"
+    return pair
 
 
 def tokens(pair, ids, method):
