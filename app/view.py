@@ -179,13 +179,16 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
 
 
 def lookup_line(stats: dict) -> str:
-    """The lookup's share of the new tokens, its acceptance and the rounds it won."""
+    """The lookup's share of the new tokens, its acceptance and the rounds it won (on every
+    core; from earlier requests)."""
     lk = stats.get("lookup") or {}
     if not lk.get("rounds"):
         return "— (no lookup proposals)" if stats.get("method") in LOOKUP_METHODS else "—"
-    solo = f" ({lk['solo']} on every core)" if lk.get("solo") else ""
+    how = [f"{lk[k]} {text}" for k, text in (("solo", "on every core"),
+                                             ("memory", "from earlier requests")) if lk.get(k)]
+    how = f" ({', '.join(how)})" if how else ""
     return (f"{_pct(lk.get('share', 0))} of the tokens · acceptance "
-            f"{_pct(lk.get('acceptance', 0))} · won {lk.get('won', 0)}{solo} of {lk['rounds']} "
+            f"{_pct(lk.get('acceptance', 0))} · won {lk.get('won', 0)}{how} of {lk['rounds']} "
             "rounds it proposed in")
 
 

@@ -65,6 +65,7 @@ class Draft:
     # per token, who proposed it: "draft" (the model) or "lookup"; None: all the model's
     origins: list[str] | None = None
     conf: list[float] | None = None  # per token, the lookup's confidence (model's: 0.0)
+    lookup_source: str = "context"  # the lookup tokens' Lookup.source (context or memory)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -74,14 +75,14 @@ class Draft:
         ranked = None if self.ranked is None else self.ranked[start:]
         origins = None if self.origins is None else self.origins[start:]
         conf = None if self.conf is None else self.conf[start:]
-        return Draft(self.tokens[start:], q, ranked, origins, conf)
+        return Draft(self.tokens[start:], q, ranked, origins, conf, self.lookup_source)
 
     def head(self, n: int) -> "Draft":
         q = None if self.q_draft is None else self.q_draft[:n]
         ranked = None if self.ranked is None else self.ranked[:n]
         origins = None if self.origins is None else self.origins[:n]
         conf = None if self.conf is None else self.conf[:n]
-        return Draft(self.tokens[:n], q, ranked, origins, conf)
+        return Draft(self.tokens[:n], q, ranked, origins, conf, self.lookup_source)
 
     def sources(self) -> list[str]:
         return self.origins if self.origins is not None else ["draft"] * len(self.tokens)
@@ -94,12 +95,12 @@ class Draft:
     def n_lookup(self) -> int:
         return self.sources().count("lookup")
 
-    def plus(self, tokens: list[int], conf: list[float], sampled: bool) -> "Draft":
-        """This draft followed by lookup tokens (one-hot q rows when sampling)."""
-        q = QRows(q_rows(self.q_draft) + [int(t) for t in tokens]) if sampled else None
-        return Draft(self.tokens + list(tokens), q, self.ranked,
-                     self.sources() + ["lookup"] * len(tokens),
-                     (self.conf or [0.0] * len(self)) + list(conf))
+    def plus(self, found, sampled: bool) -> "Draft":
+        """This draft followed by a `Lookup`'s tokens (one-hot q rows when sampling)."""
+        q = QRows(q_rows(self.q_draft) + [int(t) for t in found.tokens]) if sampled else None
+        return Draft(self.tokens + list(found.tokens), q, self.ranked,
+                     self.sources() + ["lookup"] * len(found),
+                     (self.conf or [0.0] * len(self)) + list(found.conf), found.source)
 
 
 @dataclass

@@ -53,7 +53,7 @@ class LookupPolicy:
             return own
         if self.mode == "on":
             found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
-            return Pick(base.plus(found.tokens, found.conf, self.sampled), source, True,
+            return Pick(base.plus(found, self.sampled), source, True,
                         budget.solo and not beside)  # the worker is idle: the solo count
         model_p, miss = [budget.alpha] * len(model), _miss_s(budget)
         options = []
@@ -62,7 +62,7 @@ class LookupPolicy:
             for solo in (False, True) if budget.solo else (False,):
                 if found:
                     rate, n = self._best_length(budget, prior, found, beside, miss, solo)
-                    draft = base.plus(found.tokens[:n], found.conf[:n], self.sampled)
+                    draft = base.plus(found.cut(n), self.sampled)
                     options.append((rate, Pick(draft, source, True, solo)))
         best = max(options, key=lambda o: o[0])
         if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
@@ -83,7 +83,8 @@ class LookupPolicy:
             return []
         found = self.proposal(run, pending, n - 1)
         step, reach, spared, best, keep = budget.draft_s(1), 1.0, 0.0, 0.0, 0
-        for g, p in enumerate(self.bands.pass_probs(found.conf) if found else [], 1):
+        for g, p in enumerate(self.bands.pass_probs(found.conf, found.source) if found else [],
+                              1):
             reach *= p
             spared += reach * step
             if spared - budget.batch_s(g) > best:
@@ -91,18 +92,19 @@ class LookupPolicy:
         return list(found.tokens[:keep])
 
     def proposal(self, run, pending: list[int], room: int) -> Lookup:
-        """The index's continuation of the context + `pending`, at most `room` tokens, cut
-        at the first token the grammar refuses."""
+        """The index's continuation of the context + `pending`, at most `room` tokens (the
+        context's or the memory's, whichever the bands expect more of), cut at the first
+        token the grammar refuses."""
         if room <= 0:
             return Lookup()
-        found = self.index.propose(room, pending)
+        found = self.index.propose(room, pending, score=self.bands.expected)
         if found and run.adjust is not None and run.adjust.grammar is not None:
             found = found.cut(_allowed(run, pending, found.tokens))
         return found
 
     def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
                      beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
-        probs = self.bands.pass_probs(found.conf)
+        probs = self.bands.pass_probs(found.conf, found.source)
 
         def rate(n: int) -> float:  # solo: the index goes on only where the proposal does
             if solo:

@@ -59,6 +59,7 @@ class GenerationStats:
     lookup_rounds: int = 0  # rounds where the suffix index had a proposal
     lookup_won: int = 0  # of those, rounds whose draft used it (lookup alone or fused)
     lookup_solo: int = 0  # of those, rounds verified on every core, the worker idle
+    lookup_memory: int = 0  # of those, rounds whose lookup tokens came from earlier requests
     lookup_proposed: int = 0  # lookup tokens verified
     lookup_accepted: int = 0  # of those, accepted
     lookup_emitted: int = 0  # lookup tokens in the output (accepted, before a stop)
@@ -127,16 +128,18 @@ class GenerationStats:
             predraft_hit_rate=self.predraft_hits / self.rejections if self.rejections else 0.0,
             lookup=self.lookup_dict(),
         )
-        for k in ("lookup_rounds", "lookup_won", "lookup_solo", "lookup_proposed",
-                  "lookup_accepted", "lookup_emitted"):
+        for k in ("lookup_rounds", "lookup_won", "lookup_solo", "lookup_memory",
+                  "lookup_proposed", "lookup_accepted", "lookup_emitted"):
             del d[k]
         return d
 
 
     def lookup_dict(self) -> dict:
-        """The suffix index's part: rounds it proposed in, rounds it won, its tokens proposed
-        and accepted, and its share of the new tokens."""
+        """The suffix index's part: rounds it proposed in, rounds it won (on every core; from
+        the memory of earlier requests), its tokens proposed and accepted, and its share of the
+        new tokens."""
         return {"rounds": self.lookup_rounds, "won": self.lookup_won, "solo": self.lookup_solo,
+                "memory": self.lookup_memory,
                 "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,
                 "acceptance": (self.lookup_accepted / self.lookup_proposed
                                if self.lookup_proposed else 0.0),

@@ -231,14 +231,20 @@ class ContextLookup:
     def extend(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
 
-    def propose(self, max_len: int, pending: list[int] = ()) -> Lookup:
-        """The continuation after the context plus `pending` tokens not committed yet."""
+    def propose(self, max_len: int, pending: list[int] = (), score=None) -> Lookup:
+        """The continuation after the context plus `pending` tokens not committed yet: the
+        context's or the memory's, the higher by `score` (a Lookup's expected passes; the
+        context's on a tie: it is the more recent evidence), or without one the longer match."""
         tail = self.index.tokens[-MAX_MATCH:].tolist() + list(pending)
         tail = tail[-MAX_MATCH:]
         found = self.index.propose(max_len, tail)
-        if self.memory is not None and found.match < len(tail):
-            other = self.memory.propose(tail, max_len)
-            if other.match > found.match or (other.match == found.match and
-                                             len(other) > len(found)):
-                return other
-        return found
+        if self.memory is None or (score is None and found.match == len(tail)):
+            return found
+        other = self.memory.propose(tail, max_len)
+        if not other:
+            return found
+        if score is not None:
+            return other if not found or score(other) > score(found) else found
+        longer = other.match > found.match or (other.match == found.match and
+                                               len(other) > len(found))
+        return other if longer else found

@@ -22,7 +22,8 @@ class Telemetry:
         self._dropped: list[tuple[RoundRecord, DraftJob]] = []
         self._rejected_at: float | None = None  # when the last rejected round's verify ended
         self.bands = None  # the lookup's LookupBands, when the generation uses the lookup
-        self._drafting: tuple[str, int, list[float]] | None = None  # this round's draft
+        # this round's draft: its source, model tokens, lookup confidences, Lookup.source
+        self._drafting: tuple[str, int, list[float], str] | None = None
 
     # -- every method ----------------------------------------------------------------------
     def verified(self, n_scored: int, busy_s: float) -> None:
@@ -45,9 +46,10 @@ class Telemetry:
         s = self.stats
         s.lookup_rounds += offered
         s.lookup_won += n_lookup > 0
+        s.lookup_memory += n_lookup > 0 and draft.lookup_source == "memory"
         s.lookup_proposed += n_lookup
         conf = (draft.conf or [])[len(draft) - n_lookup:]
-        self._drafting = (source, len(draft) - n_lookup, conf)
+        self._drafting = (source, len(draft) - n_lookup, conf, draft.lookup_source)
 
     def vanilla_round(self) -> None:
         self.stats.rounds += 1
@@ -153,10 +155,10 @@ class Telemetry:
                           (vspan[0] - t0, vspan[1] - t0), drafted, accepted,
                           source="model" if drafted else "plain")
         if self._drafting is not None:
-            rec.source, model_n, conf = self._drafting
+            rec.source, model_n, conf, found_in = self._drafting
             if conf and accepted >= model_n:  # the lookup's part was reached
                 self.stats.lookup_accepted += accepted - model_n
-                self.bands.observe(conf, accepted - model_n)
+                self.bands.observe(conf, accepted - model_n, found_in)
         self.stats.record_round(rec)
         return rec
 
