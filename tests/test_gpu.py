@@ -7,6 +7,7 @@ on a simulated small card. cuda runs smol-self's weights, the CPU a 2-layer rand
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -17,9 +18,10 @@ PROMPTS = ["Write a haiku about the sea.", "What is 17 times 23? Explain briefly
            "Translate to French: the cat sleeps on the warm windowsill."]
 N = 48
 TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.py)
-# The CPU twins compile the tiny model at one window and one set of chunk sizes, so the first
-# compiles (two graphs: the 1-token step and the dynamic chunk) and the others find its kernels
-# in the on-disk inductor cache; on cuda each test keeps its own shapes.
+# The CPU twins run one compiled tiny target (`cpu_compiled`: one window, one set of chunk
+# sizes, two graphs: the 1-token step and the dynamic chunk; a target of each twin's own
+# traced both again, about 6 CPU seconds each from the on-disk inductor cache); on cuda each
+# test keeps its own target and shapes.
 CPU_CTX, CPU_BUCKETS = 600, (1, 4, 16)  # two sizes past 1: the dynamic chunk, as the app's
 # a compile of smol-self's step on cuda takes about 30 s a chunk size (H200, 2026-11-26): the
 # pairs loaded here compile three sizes, not the app's six (chunks pad up to the next size)
@@ -29,6 +31,37 @@ GPU_BUCKETS = (1, 8, 32)
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+@pytest.fixture(scope="module")
+def cpu_compiled():
+    """The CPU twins' compiled target (float32, CPU_CTX, CPU_BUCKETS), shared: each twin
+    rolls it back to what it needs; tests/test_owner_thread.py compiles the same shapes.
+    `warm_graphs`: dynamo's graph count after its warm-up (no twin's use may add one)."""
+    from torch._dynamo.utils import counters
+
+    target = static("cpu", "float32", CPU_CTX, CPU_BUCKETS)
+    target.warm_graphs = counters["stats"]["unique_graphs"]
+    yield target
+    target.close()
+
+
+@contextmanager
+def compiled_target(request, device, dtype, n_ctx, buckets):
+    """The shared `cpu_compiled` target on the CPU (empty; left to the fixture), on cuda a
+    compiled target of the twin's own (closed after it)."""
+    if device == "cpu":
+        target = request.getfixturevalue("cpu_compiled")
+        assert (target.dtype, target.n_ctx, target.buckets) == (dtype, n_ctx, buckets)
+        target.rollback(0)
+        yield target
+        target.rollback(0)
+        return
+    target = static(device, dtype, n_ctx, buckets)
+    try:
+        yield target
+    finally:
+        target.close()
 
 
 def needs_sm80(device: str, what: str) -> None:
@@ -75,7 +108,7 @@ def text_ids(device: str, n: int) -> list[int]:
     return list(ids["input_ids"][:n])
 
 
-def test_cuda_graphs_engage_across_rollbacks(device):
+def test_cuda_graphs_engage_across_rollbacks(device, request):
     """No cudagraph skip while the compiled target runs and rolls back (a skip would fall back
     to plain kernels silently; cudagraph_or_error turns it into an error); bf16 on cuda."""
     from torch._dynamo.utils import counters
@@ -86,14 +119,12 @@ def test_cuda_graphs_engage_across_rollbacks(device):
         torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
     cpu = device == "cpu"
-    target = static(device, dtype, CPU_CTX if cpu else 256, CPU_BUCKETS if cpu else (1, 8))
-    try:
+    with compiled_target(request, device, dtype, CPU_CTX if cpu else 256,
+                         CPU_BUCKETS if cpu else (1, 8)) as target:
         target.logits(list(range(100, 140)), 1)
         for n in (40, 20, 39):
             target.rollback(n)
             assert target.logits(list(range(200, 208)), 8).shape[0] == 8
-    finally:
-        target.close()
     assert counters["inductor"]["cudagraph_skips"] == before
 
 
@@ -116,7 +147,7 @@ def _refilled(steps, text):
     return out
 
 
-def test_compiled_static_argmax_equals_eager_in_float32(device):
+def test_compiled_static_argmax_equals_eager_in_float32(device, request):
     """Same rows' argmax across rollbacks and up to the window's last slot (float32, no TF32)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     cpu = device == "cpu"
@@ -129,13 +160,12 @@ def test_compiled_static_argmax_equals_eager_in_float32(device):
     want = _argmaxes(reference, steps)
     reference.close()
     buckets = CPU_BUCKETS if cpu else (1, 2, 4, 8, 16, 32)  # on the CPU 32 tokens run eager
-    target = static(device, "float32", n_ctx, buckets)
-    got = _argmaxes(target, steps)
-    target.close()
+    with compiled_target(request, device, "float32", n_ctx, buckets) as target:
+        got = _argmaxes(target, steps)
     assert got == want
 
 
-def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device):
+def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device, request):
     """Filling 300+ tokens (window 600) crosses the 256 and 384 spans: a second fill, chunk by
     chunk over the same spans, adds no dynamo graph and no cudagraph skip."""
     from torch._dynamo.utils import counters
@@ -144,10 +174,9 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     needs_sm80(device, "bfloat16")
-    target = static(device, dtype, CPU_CTX, CPU_BUCKETS)  # the same shapes on cuda
     ids = text_ids(device, 400)
 
-    def fill():
+    def fill(target):
         target.rollback(0)
         target.logits(ids[:200], 1)  # eager prefill (longer than a chunk)
         n = 200
@@ -155,32 +184,32 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
             size = 8 if n % 16 else 1
             target.logits(ids[n:n + size], 1)
             n += size
-    try:
+    # the same shapes on cuda
+    with compiled_target(request, device, dtype, CPU_CTX, CPU_BUCKETS) as target:
         assert all(s % ALIGN == 0 for s in target.spans)  # the last span too
-        fill()
+        fill(target)
         graphs = counters["stats"]["unique_graphs"]
         skips = counters["inductor"]["cudagraph_skips"]
-        fill()
+        fill(target)
         assert counters["stats"]["unique_graphs"] == graphs
         assert counters["inductor"]["cudagraph_skips"] == skips
-    finally:
-        target.close()
 
 
-def test_one_dynamic_graph_serves_every_chunk_length(device):
+def test_one_dynamic_graph_serves_every_chunk_length(device, request):
     """Chunks of 1 to 16 tokens, across the 256 span, on a target compiled for (1, 4, 16): each
     gives the eager static target's logits, and after the warm-up no graph is compiled (the
     1-token step and the dynamic chunk serve all) and no CUDA graph skipped. On the CPU a chunk
     runs at its own length; on cuda it pads to a size (a CUDA graph per size)."""
     from torch._dynamo.utils import counters
 
-    target = static(device, "float32", CPU_CTX, CPU_BUCKETS)
+    from models.target.static import EXACT_FROM
+
     reference = static(device, "float32", CPU_CTX, CPU_BUCKETS, compile=False)
     ids = text_ids(device, 320)
-    graphs = counters["stats"]["unique_graphs"]
-    skips = counters["inductor"]["cudagraph_skips"]
-    try:
-        from models.target.static import EXACT_FROM
+    with compiled_target(request, device, "float32", CPU_CTX, CPU_BUCKETS) as target:
+        # on the CPU since the shared target's warm-up: the other twins' chunks too
+        graphs = getattr(target, "warm_graphs", counters["stats"]["unique_graphs"])
+        skips = counters["inductor"]["cudagraph_skips"]
         lengths = (1, 3, EXACT_FROM + 1)  # on the CPU past EXACT_FROM unpadded
         assert [target._size(n) for n in lengths] == [1, 4, 16 if device == "cuda" else 9]
         for t in (target, reference):
@@ -193,9 +222,7 @@ def test_one_dynamic_graph_serves_every_chunk_length(device):
             n += size
         assert counters["stats"]["unique_graphs"] == graphs
         assert counters["inductor"]["cudagraph_skips"] == skips
-    finally:
-        target.close()
-        reference.close()
+    reference.close()
 
 
 QUANTS = [pytest.param(("cpu", "int8", "float32"), id="cpu-int8"),
