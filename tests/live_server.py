@@ -44,15 +44,22 @@ class Served:
             time.sleep(0.05)
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = self.base + "/v1"
+        # one HTTP client and one SDK client for the module's requests: a client a request
+        # loaded the certificates again, about 30 CPU ms each (hundreds of requests a suite)
+        self.http = httpx.Client()
+        self.sdk = openai.OpenAI(base_url=self.url, api_key=key, max_retries=0)
 
     def client(self, **kw) -> openai.OpenAI:
+        """The module's SDK client; a new one for other settings (a timeout)."""
+        if not kw:
+            return self.sdk
         return openai.OpenAI(base_url=self.url, api_key=self.key, max_retries=0, **kw)
 
     def post(self, path: str, body, key: str | None = "", timeout: float = 120) -> httpx.Response:
         key = self.key if key == "" else key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return httpx.post(self.url + path, content=content, headers=headers, timeout=timeout)
+        return self.http.post(self.url + path, content=content, headers=headers, timeout=timeout)
 
     def idle(self, within_s: float) -> bool:
         """True once no generation holds the pair (within `within_s`)."""
@@ -67,6 +74,8 @@ class Served:
         """Stop serving; a generation still running (a cancelled one ends within a round)
         must end before the session's pair is closed under it."""
         self.server.should_exit = True
+        self.http.close()
+        self.sdk.close()
         if self.host._run.acquire(timeout=120):
             self.host._run.release()
 

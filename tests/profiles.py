@@ -62,7 +62,9 @@ def _store(path: Path, key: str, value: dict) -> dict:
     """The profile under `key`, stored with no load (no process measures it again)."""
     entry = {"value": value, "load": 0.0}
     known = json.loads(path.read_text()) if path.exists() else {}
-    if known.get(key) != entry:
+    if known.get(key) != json.loads(json.dumps(entry)):  # as the file has it (its keys are
+        # strings: compared with the int keys of draft_step_s, every generation's profile
+        # lookup wrote the file again, about 35 CPU ms a generation)
         from models.pairs.convert import write_atomic
 
         known[key] = entry
