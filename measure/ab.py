@@ -10,11 +10,13 @@ import statistics
 from measure.replay import forget, own_learning
 
 
-def run_arms(pair, questions: list[dict], cfgs: dict, run, patch, ref: str) -> list[dict]:
+def run_arms(pair, questions: list[dict], cfgs: dict, run, patch, ref: str,
+             store: dict | None = None) -> list[dict]:
     """One row per question: each arm's wall, tokens, rounds and lookup stats, and whether
     every arm's text equals `ref`'s. `run(pair, ids, cfg)` -> stats (the benchmark's
-    run_one); `patch(arm)` sets the code the arm runs before its run. Prints each row."""
-    store, rows = {}, []
+    run_one); `patch(arm)` sets the code the arm runs before its run; `store`: each arm's
+    learning, carried on from an earlier call. Prints each row."""
+    store, rows = {} if store is None else store, []
     for q in questions:
         ids, out = pair.prompt_ids(q["prompt"]), {}
         for arm, cfg in cfgs.items():
