@@ -158,12 +158,15 @@ def test_duo_sequential_sampling_is_lossless():
 
 
 def test_chi_square_catches_q_rows_left_in_draft_columns():
-    """The test has power: q rows that are not moved to the target's columns are caught."""
-    sampling = SamplingConfig(1.0)
+    """The test has power: q rows that are not moved to the target's columns are caught, at
+    300 samples already (p about 1e-55; the cases above take 2000, where a chi-square only
+    grows for the same fault)."""
+    sampling, n = SamplingConfig(1.0), 300
+    assert n < n_samples("sps")
     drafter = TranslatingDrafter(Q_DRAFT, fake_vocab(), wrong_q=True)
-    counts = sample_joint("sps", sampling, 4, drafter)
-    with pytest.raises(AssertionError):
-        assert_matches(counts, exact_joint(P_TARGET, sampling), n_samples("sps"))
+    counts = sample_joint("sps", sampling, 4, drafter, n=n)
+    with pytest.raises(AssertionError, match="distribution differs"):
+        assert_matches(counts, exact_joint(P_TARGET, sampling), n)
 
 
 @pytest.mark.parametrize("method,gamma", [("sps", 3), ("duo", 2), ("duo", None)])
@@ -209,12 +212,14 @@ PROMPTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "Emoji story: 🐶➡️🏠, then",
 ]
-N = 16  # the draft's translated guesses are taken and turned down within these (asserted)
+# the draft's translated guesses are taken and turned down within these (asserted; at 16,
+# kept/rejected over a case's prompts were sps 9/17, duo-k2-seq 22/14, the default 27/14)
+N = 12
 
 
-def run(pair, ids, **kw):
+def run(pair, ids, n=N, **kw):
     pair.lookup_memory.clear()  # an earlier case's answer must not draft this one: the model does
-    events = list(pair.generate(ids, GenConfig(max_new_tokens=N, **kw)))
+    events = list(pair.generate(ids, GenConfig(max_new_tokens=n, **kw)))
     return [t for e in events for t in e.tokens], events[-1].stats
 
 
@@ -270,12 +275,13 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
 def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
     gemma_pair.drafter.vocab.stats()  # counters from here on (earlier tests ran greedy)
     # accents for sps, Chinese for duo: cuts differ most (each method's own sampled rounds);
-    # a fixed gamma: after the greedy cases the learned one may draft nothing in 16 tokens
+    # a fixed gamma: after the greedy cases the learned one may draft nothing in N tokens;
+    # 8 tokens (were 16): two rounds or more at gamma 3, the draft's tokens counted (asserted)
     for prompt, method in zip(PROMPTS[1:3], ("sps", "duo")):
         ids, _ = oracle[prompt]
-        got, stats = run(gemma_pair, ids, method=method, sampling=SamplingConfig(0.8),
+        got, stats = run(gemma_pair, ids, n=8, method=method, sampling=SamplingConfig(0.8),
                          seed=3, multi_seq=False, lookup="off", gamma=3)  # the draft's tokens
-        assert 0 < len(got) <= N
+        assert 0 < len(got) <= 8
         v = stats["vocab"]
         assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"] > 0
 
@@ -333,7 +339,8 @@ def test_q_rows_have_the_target_logit_width_when_the_tokenizer_is_longer():
 
 WINDOW_PROMPT = ("Once upon a time, in a kingdom by the sea, there lived a baker who rose before "
                  "the sun every morning to light her ovens. Her bread was known in every village "
-                 "along the coast, and one winter day a stranger came to her door and")
+                 "along the coast, and one winter day a stranger came to her door and sat down "
+                 "by the fire")
 
 
 @pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
@@ -342,13 +349,14 @@ def test_gemma_smol_near_the_window_ends_with_length(gemma_pair, method, monkeyp
     ends at the window or an end id. The session's gemma-smol with the windows a load with
     `n_ctx=64` gives (the target's 64, the draft's `draft_window`): a load of its own cost
     about 9 CPU seconds; the load's own window is checked on smol-self (test_context.py).
-    The prompt fills most of the window (it was 15 tokens: 49 gemma steps for `vanilla`)."""
+    The prompt fills most of the window: eight tokens to go (were 49, then 13: each a gemma
+    step on one core)."""
     from models.loader import draft_window
 
     monkeypatch.setattr(gemma_pair.target, "n_ctx", 64)
     monkeypatch.setattr(gemma_pair.drafter, "n_ctx", draft_window(64, same_tokenizer=False))
     ids = gemma_pair.prompt_ids(WINDOW_PROMPT, raw=True)
-    assert 40 < len(ids) < 60  # a dozen or so tokens to go: each a gemma step on one core
+    assert 50 < len(ids) < 60  # a few tokens to go: each a gemma step on one core
     gemma_pair.lookup_memory.clear()  # the model drafts, not an earlier case's answer
     events = list(gemma_pair.generate(ids, GenConfig(method=method, max_new_tokens=10_000)))
     tokens, stats = [t for e in events for t in e.tokens], events[-1].stats
@@ -363,9 +371,9 @@ def test_gemma_smol_lookup_tokens_need_no_translation(gemma_pair):
     from tests.conftest import vanilla_ids
 
     ids = gemma_pair.tokenizer(COPY_TEXT)["input_ids"]
-    ref = vanilla_ids(gemma_pair, ids, 24)
+    ref = vanilla_ids(gemma_pair, ids, 16)  # the copy's lookup drafts within 16 (asserted)
     events = list(gemma_pair.generate(list(ids), GenConfig(method="duo", lookup="on",
-                                                           max_new_tokens=24)))
+                                                           max_new_tokens=16)))
     assert [t for e in events for t in e.tokens] == ref
     assert events[-1].stats["lookup"]["accepted"] > 0
     gemma_pair.lookup_memory.clear()
