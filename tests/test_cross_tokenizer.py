@@ -1,7 +1,7 @@
 """Pairs whose tokenizers differ. Greedy: gemma-smol (Gemma-3 target, SmolLM2 draft) with sps
 and duo gives the target-only decoder's tokens exactly, under a schema and biases too.
 Sampling: fakes whose vocabularies differ (a translating fake drafter) keep the target's
-distribution (chi-square)."""
+distribution (chi-square). long: the fakes' cases and gemma-smol's (one load a worker)."""
 from __future__ import annotations
 
 import itertools

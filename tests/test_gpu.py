@@ -3,7 +3,8 @@ and their CPU twins (the same functions in `make test`, so an API drift fails he
 compiled static target's argmax equals the eager one in float32 across rollbacks and at the
 window's end; crossing spans compiles and records nothing after a span's first crossing; int8 and
 int4 targets give greedy `duo` = `vanilla`; the memory picker's choice runs within its estimate
-on a simulated small card. cuda runs smol-self's weights, the CPU a 2-layer random Llama."""
+on a simulated small card. cuda runs smol-self's weights, the CPU a 2-layer random Llama.
+long: each cuda check and its CPU twin are one function, with the helpers both use."""
 from __future__ import annotations
 
 import json

@@ -131,13 +131,6 @@ def test_cpu_takes_a_smaller_precision_only_when_memory_forces_it():
 PROMPTS = [json.loads(line)["turns"][0] for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()][::4]
 
 
-# the float32 model's greedy tokens after each prompt: 7 prompts x 7 positions compared (were
-# 12 tokens, 91 positions; the 84 single steps cost 8 CPU seconds): a broken quantization
-# agrees on about none, a working one on most (int4 with groups of 64 least: 0.76 here, the
-# bound 0.5 four standard errors below it at 49 positions)
-CONTINUATION = 6
-
-
 @pytest.fixture(scope="module")
 def smol():
     """(model_dir, the float32 model's top tokens on `seqs` (computed once for every case),
@@ -159,7 +152,8 @@ def smol():
             text = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
             ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
             n_prompt, out = ids.shape[1], ref(ids, use_cache=True)
-            for _ in range(CONTINUATION):
+            for _ in range(6):  # 49 positions compared (12 tokens: 91, 8 CPU s more); int4
+                # with groups of 64 agrees least, 0.76: the bound 0.5 four standard errors off
                 ids = torch.cat([ids, out.logits[:, -1:].argmax(-1)], dim=1)
                 out = ref(ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
             seqs.append((ids, n_prompt))
@@ -222,9 +216,7 @@ def test_supported_says_why():
                                                ("int4", "bfloat16", None)])
 def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path):
     """int4 with the GGUF's own block size (32: the target is dequantized Q4_1) and the
-    default (the largest that divides 576: 64); int4 saved and loaded again here (int8's
-    round trip through the cache: test_second_start_loads_the_cached_quantized_target,
-    which made a second int8 copy of its own for it)."""
+    default (the largest that divides 576: 64); int8's round trip: the test after the next."""
     import torch
 
     from models.target import quant
@@ -241,7 +233,7 @@ def test_quantized_smol_target_still_predicts(smol, kind, dtype, group, tmp_path
     ppl = perplexity(model, tok)
     print(f"{kind}: perplexity of a {len(TEXT)}-character text {ppl:.2f} (float32 {ref_ppl:.2f})")
     assert agreement > 0.5 and ppl < 4 * ref_ppl
-    if kind == "int8":  # saved and loaded again by load_or_quantize: the test after the next
+    if kind == "int8":  # saved and loaded by load_or_quantize there (its own int8 copy)
         return
 
     saved = quant.save_quantized(model, tmp_path / kind, kind, "cpu", group)
