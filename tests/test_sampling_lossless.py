@@ -96,8 +96,8 @@ Q_DRAFT = markov(V, seed=2, sharp=0.7)  # deliberately different: many rejection
 # coupled: sps and duo give vanilla's text seed for seed (tests/test_seeded.py, duo at gamma 3
 # included, at both samplings here), so their counts are vanilla's, tested here. A fault that
 # changes the law by a total variation d (what 2000 samples catch from d = 0.092, above)
-# changes the text on a share >= d of the seeds: test_seeded's 60 seeds a run see d = 0.092
-# with probability 1 - 0.908^60 = 0.997 (at 12 tokens a seed, not 3), so no coupled case here
+# changes the text on a share >= d of the seeds: test_seeded's 54 seeds a run see d = 0.092
+# with probability 1 - 0.908^54 = 0.995 (at 12 tokens a seed, not 3), so no coupled case here
 # sps at gamma 4 ran here too: at N_TOKENS a round drafts 2 at most (none drafts past
 # max_new_tokens), so its samples were gamma 2's seed for seed and its chi-square the same
 # number (the next test asserts it; 5 CPU seconds for the two samplings)
