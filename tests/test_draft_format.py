@@ -68,7 +68,7 @@ def test_q8_draft_is_lossless(pair_with):
     # two of test_real_lossless.py's prompts at its length (32: at 48, a fresh clone decoded
     # both again past the oracle's 32): vanilla's ids are the oracle's, kept on disk (the same
     # target), decoded once for both files
-    rejected = 0
+    drafted = 0
     for prompt in (LOSSLESS[0], LOSSLESS[4]):
         ids = pair.prompt_ids(prompt)
         runs = {}
@@ -78,8 +78,8 @@ def test_q8_draft_is_lossless(pair_with):
         assert runs["sps"]["token_ids"] == runs["duo"]["token_ids"] == \
             vanilla_ids(pair, ids, LOSSLESS_N), prompt
         assert runs["duo"]["draft_format"]["kind"] == "q8_0"
-        rejected += sum(r["drafted"] - r["accepted"] for r in runs.values())
-    assert rejected > 0  # the Q8_0 draft's guesses turned down too, not only taken
+        drafted += sum(r["drafted"] for r in runs.values())
+    assert drafted > 0  # the Q8_0 draft's tokens verified (it may guess every one right)
 
 
 def test_the_file_type_is_read_from_the_header_alone(shipped, tmp_path):
