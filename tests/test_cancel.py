@@ -29,8 +29,9 @@ def fresh(smol_pair):
 
 def cancel(pair, ids, k: int, how: str) -> tuple[list[int], bool]:
     """A duo generation cancelled after its k-th event: the tokens it gave, and whether the
-    cancel cut it (False: the k-th event was its last)."""
-    seen = []
+    cancel cut it (False: the k-th event was its last, or it had fewer, which the memory
+    grown since a run at k - 1 that this cut can give: a fresh clone's run met it)."""
+    seen, cut = [], False
     if how == "stop":
         for ev in pair.generate(ids, GenConfig(max_new_tokens=N), lambda: len(seen) >= k):
             seen.append(ev)
