@@ -33,6 +33,7 @@ def oracle(smol_pair):
     here: 6 x 32 vanilla steps, about 14 CPU seconds, where this file came first)."""
     ids = {p: smol_pair.prompt_ids(p) for p in PROMPTS}
     used = [PROMPTS[i] for i in sorted(set(WRONG), reverse=True)]
+    assert N == lossless.ORACLE_N  # one length on disk for both files
     return {p: (ids[p], vanilla_ids(smol_pair, ids[p], N) if p in used else None)
             for p in PROMPTS}
 
