@@ -77,15 +77,15 @@ def _uses_app(item) -> bool:
 
 
 # The slowest files first (their seconds in a cold fresh-clone run, 2026-11-26, junit times,
-# scaled by the eighth session's cuts), after the browser's file (first as before: it starts
+# scaled by the ninth session's cuts), after the browser's file (first as before: it starts
 # the app process): `make test` hands whole files to two workers in this order, so no long
 # file is left for the end.
 SLOW_FILES = ("test_browser", "test_cross_tokenizer", "test_target_static", "test_real_lossless",
-              "test_grammar", "test_multi_seq", "test_quant_target", "test_gpu", "test_quant",
-              "test_api", "test_flex_attention", "test_api_agents", "test_sampling_lossless",
-              "test_defaults", "test_bad_input", "test_api_fields", "test_context",
-              "test_seeded", "test_constraints", "test_cli", "test_lookup_lossless",
-              "test_benchmark")
+              "test_grammar", "test_sampling_lossless", "test_gpu", "test_multi_seq",
+              "test_flex_attention", "test_api_agents", "test_quant", "test_quant_target",
+              "test_api", "test_defaults", "test_bad_input", "test_context", "test_seeded",
+              "test_constraints", "test_target_dtype", "test_api_fields", "test_cli",
+              "test_lookup_lossless", "test_benchmark")
 
 
 @pytest.hookimpl(trylast=True)
