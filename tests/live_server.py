@@ -37,8 +37,10 @@ class Served:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        # idle connections kept past any pause of the tests: the module's clients reuse them
+        # (uvicorn's 5 s default could close one as a request goes out on it)
         self.server = uvicorn.Server(uvicorn.Config(app, "127.0.0.1", self.port,
-                                                    log_level="warning"))
+                                                    log_level="warning", timeout_keep_alive=600))
         threading.Thread(target=self.server.run, daemon=True).start()
         while not self.server.started:
             time.sleep(0.05)
