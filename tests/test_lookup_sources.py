@@ -13,6 +13,7 @@ from core.fusion import LookupPolicy
 from core.metrics import GenerationStats
 from core.suffix import ContextLookup, SuffixMemory
 from core.telemetry import Telemetry
+from tests.test_fusion import Run  # what the policy reads of a generation
 
 PASSAGE = list(range(100, 140))
 SHARED = [7, 8, 9, 10, 11, 12, 13, 14]  # a tail that both the context and the memory hold
@@ -48,16 +49,6 @@ def test_the_proposal_with_more_expected_passes_wins_not_the_longer_match():
     assert found.source == "context" and found.tokens == PASSAGE[:8]
     index, bands = lookup(memory_rate=1.0)  # where the memory's copies do pass, they win
     assert index.propose(8, score=bands.expected).source == "memory"
-
-
-class Run:
-    adjust = None
-
-    def __init__(self, ctx: list[int]):
-        self.ctx = ctx
-
-    def draft_room(self, gamma: int, ahead: int = 0) -> int:
-        return gamma
 
 
 def pick(memory_rate: float):
