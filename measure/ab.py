@@ -11,17 +11,19 @@ from measure.replay import forget, own_learning
 
 
 def run_arms(pair, questions: list[dict], cfgs: dict, run, patch, ref: str,
-             store: dict | None = None) -> list[dict]:
+             store: dict | None = None, forget_memory: bool = True) -> list[dict]:
     """One row per question: each arm's wall, tokens, rounds and lookup stats, and whether
     every arm's text equals `ref`'s. `run(pair, ids, cfg)` -> stats (the benchmark's
     run_one); `patch(arm)` sets the code the arm runs before its run; `store`: each arm's
-    learning, carried on from an earlier call. Prints each row."""
+    learning, carried on from an earlier call; `forget_memory` False: the lookup memory is
+    the patch's to set (a replay keeps it). Prints each row."""
     store, rows = {} if store is None else store, []
     for q in questions:
         ids, out = pair.prompt_ids(q["prompt"]), {}
         for arm, cfg in cfgs.items():
             patch(arm)
-            forget(pair)
+            if forget_memory:
+                forget(pair)
             with own_learning(pair, store, arm):
                 s = run(pair, ids, cfg)
             out[arm] = {"wall_s": s["wall_s"], "new_tokens": s["new_tokens"],
@@ -51,3 +53,11 @@ def summarize(rows: list[dict], arms: list[str], ref: str, out: str) -> dict:
     with open(out, "w") as f:
         json.dump({"rows": rows, "summary": summary}, f, indent=1)
     return summary
+
+
+def warm_run_summarize(pair, questions: list[dict], cfgs: dict, run, patch, ref: str,
+                       arms: list[str], out: str) -> dict:
+    """An A/B script's whole run: one warm-up generation with `ref`'s settings, the arms
+    interleaved (run_arms), their medians against `ref` (summarize)."""
+    run(pair, pair.prompt_ids("Warm up: say one word."), cfgs[ref])
+    return summarize(run_arms(pair, questions, cfgs, run, patch, ref), arms, ref, out)

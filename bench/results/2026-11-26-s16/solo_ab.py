@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.environ.get("REPO", "/work/main"))
 from core import budget as B  # noqa: E402
-from measure.ab import run_arms, summarize  # noqa: E402
+from measure.ab import warm_run_summarize  # noqa: E402
 from models.loader import Pair  # noqa: E402
 from scripts.benchmark import (load_options, load_questions, method_config, parse,  # noqa: E402
                                run_one)
@@ -28,7 +28,5 @@ def patch(arm: str) -> None:
     B.DraftBudget.solo = solo_on if arm == "solo" else solo_off
 
 
-run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs["solo"])
-rows = run_arms(pair, load_questions(args.questions, int(os.environ.get("PER", "1"))), cfgs,
-                run_one, patch, "solo")
-summarize(rows, ARMS, "solo", os.environ.get("OUT", "/tmp/ab.json"))
+warm_run_summarize(pair, load_questions(args.questions, int(os.environ.get("PER", "1"))), cfgs,
+                   run_one, patch, "solo", ARMS, os.environ.get("OUT", "/tmp/ab.json"))

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.environ.get("REPO", "/work/main"))
 from core import budget as B  # noqa: E402
-from measure.ab import run_arms, summarize  # noqa: E402
+from measure.ab import warm_run_summarize  # noqa: E402
 from models.loader import Pair  # noqa: E402
 from scripts.benchmark import (load_options, load_questions, method_config, parse,  # noqa: E402
                                run_one)
@@ -29,7 +29,5 @@ def patch(arm: str) -> None:
     B.LookupBands.rate = carried_rate if arm == "carried" else local_rate
 
 
-run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs["local"])
-rows = run_arms(pair, load_questions(args.questions, int(os.environ.get("PER", "3"))), cfgs,
-                run_one, patch, "local")
-summarize(rows, ARMS, "local", os.environ.get("OUT", "/tmp/ab.json"))
+warm_run_summarize(pair, load_questions(args.questions, int(os.environ.get("PER", "3"))), cfgs,
+                   run_one, patch, "local", ARMS, os.environ.get("OUT", "/tmp/ab.json"))

@@ -39,23 +39,18 @@ def shared_propose(self, max_len, pending=(), score=None):
 def patch(arm: str) -> None:
     B.LookupBands.band = staticmethod(split_band if arm == "split" else shared_band)
     S.ContextLookup.propose = split_propose if arm == "split" else shared_propose
-    pair.lookup_memory = memories[arm]  # run_arms empties the pair's memory: keep it
-
-
-def keep(pair_):  # run_arms' forget() empties pair.lookup_memory: in a replay it must stay
-    pass
+    pair.lookup_memory = memories[arm]  # the arm's own, kept between the passes
 
 
 run_one(pair, pair.prompt_ids("Warm up: say one word."), cfg)
-import measure.ab as AB  # noqa: E402
-AB.forget = keep
 questions = load_questions(args.questions, int(os.environ.get("PER", "3")))
 second = [dict(q, prompt=edited(q["prompt"])) for q in questions]
 store: dict = {}
 rows = {}
 for name, qs in (("pass1", questions), ("pass2", second)):
     print(name, flush=True)
-    rows[name] = run_arms(pair, qs, {arm: cfg for arm in ARMS}, run_one, patch, "split", store)
+    rows[name] = run_arms(pair, qs, {arm: cfg for arm in ARMS}, run_one, patch, "split", store,
+                          forget_memory=False)
 out = {"rows": rows}
 for name in rows:
     r = statistics.median(x["shared"]["wall_s"] / x["split"]["wall_s"] for x in rows[name])
