@@ -234,11 +234,13 @@ class ContextLookup:
     def propose(self, max_len: int, pending: list[int] = (), score=None) -> Lookup:
         """The continuation after the context plus `pending` tokens not committed yet: the
         context's or the memory's, the higher by `score` (a Lookup's expected passes; the
-        context's on a tie: it is the more recent evidence), or without one the longer match."""
+        context's on a tie: it is the more recent evidence), or without one the longer match.
+        A context that matches the whole tail is not looked up in the memory (each round
+        asks: a scan of up to the memory's cap)."""
         tail = self.index.tokens[-MAX_MATCH:].tolist() + list(pending)
         tail = tail[-MAX_MATCH:]
         found = self.index.propose(max_len, tail)
-        if self.memory is None or (score is None and found.match == len(tail)):
+        if self.memory is None or found.match == len(tail):
             return found
         other = self.memory.propose(tail, max_len)
         if not other:
