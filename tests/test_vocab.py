@@ -60,8 +60,24 @@ def d_bytes(drafter, ids):
     return b"".join(drafter.token_bytes(i) for i in ids)
 
 
+_PRISTINE: dict = {}
+
+
 def fresh(vocab: MappedVocab) -> MappedVocab:
-    return MappedVocab(vocab.map, vocab.draft_tok, vocab.target_tok, vocab.target_size)
+    """A MappedVocab on `vocab`'s map with nothing translated yet: a copy of one built once
+    and never used (its lists, cache and counters copied; the map, tokenizers and masks,
+    read-only, shared). Building one runs the map's report over both vocabularies, about 50
+    CPU ms: test_context_translation_is_incremental built 130."""
+    import copy
+
+    if id(vocab.map) not in _PRISTINE:
+        _PRISTINE.clear()
+        _PRISTINE[id(vocab.map)] = MappedVocab(vocab.map, vocab.draft_tok, vocab.target_tok,
+                                               vocab.target_size)
+    pristine = _PRISTINE[id(vocab.map)]
+    shared = (pristine.map, pristine.draft_tok, pristine.target_tok, pristine.sample_mask,
+              pristine.greedy_mask, pristine._src, pristine._dst)
+    return copy.deepcopy(pristine, {id(x): x for x in shared})
 
 
 # -- load-time analysis -------------------------------------------------------------------------
