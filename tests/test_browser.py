@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import _up, chat_args
+from tests.test_app import TOKENS, _up, chat_args
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; never a downloaded browser build
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TOKENS = 24
 WAIT_MS = 90_000
 
 
@@ -135,10 +134,10 @@ def test_concurrent_requests_queue_and_finish(app):
 
     clients = [Client(app["url"], verbose=False) for _ in range(2)]
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(c.predict, *chat_args(f"Count to {n}.", tokens=16),
+        futures = [pool.submit(c.predict, *chat_args(f"Count to {n}."),
                                api_name="/chat") for n, c in zip((3, 5), clients)]
         results = [answer_of(f.result(timeout=120)) for f in futures]
-    assert all(text.strip() and stats["new_tokens"] <= 16 for text, stats, _ in results)
+    assert all(text.strip() and stats["new_tokens"] <= TOKENS for text, stats, _ in results)
 
 
 def test_empty_prompt_is_refused_politely(app):
@@ -147,7 +146,7 @@ def test_empty_prompt_is_refused_politely(app):
 
 
 def test_compare_greedy_texts_identical(app):
-    table, vanilla, sps, duo = app["client"].predict(*chat_args("Name a fruit.", tokens=16),
+    table, vanilla, sps, duo = app["client"].predict(*chat_args("Name a fruit."),
                                                      api_name="/compare")
     assert vanilla and vanilla == sps == duo
     assert "all texts are identical" in table
@@ -157,7 +156,7 @@ def test_compare_greedy_texts_identical(app):
 
 def test_compare_sampled_texts_identical_under_a_seed(app):
     """The coupled sampler: one seed, temperature 1, the same text from every method."""
-    args = chat_args("Name a fruit.", tokens=16, temperature=1.0, seed=7)
+    args = chat_args("Name a fruit.", temperature=1.0, seed=7)
     table, vanilla, sps, duo = app["client"].predict(*args, api_name="/compare")
     assert vanilla and vanilla == sps == duo
     assert "Sampling (one seed, the coupled sampler): all texts are identical" in table
