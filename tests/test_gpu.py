@@ -3,7 +3,8 @@ and their CPU twins (the same functions in `make test`, so an API drift fails he
 compiled static target's argmax equals the eager one in float32 across rollbacks and at the
 window's end; crossing spans compiles and records nothing after a span's first crossing; int8 and
 int4 targets give greedy `duo` = `vanilla`; the memory picker's choice runs within its estimate
-on a simulated small card. cuda runs smol-self's weights, the CPU a 2-layer random Llama.
+on a simulated small card; a switch of compiled targets on the owner thread frees their code.
+cuda runs smol-self's weights, the CPU a 2-layer random Llama.
 long: each cuda check and its CPU twin are one function, with the helpers both use."""
 from __future__ import annotations
 
@@ -37,14 +38,19 @@ def device(request):
 @pytest.fixture(scope="module")
 def cpu_compiled():
     """The CPU twins' compiled target (float32, CPU_CTX, CPU_BUCKETS), shared: each twin
-    rolls it back to what it needs; tests/test_owner_thread.py compiles the same shapes.
-    `warm_graphs`: dynamo's graph count after its warm-up (no twin's use may add one)."""
+    rolls it back to what it needs. Made on an owner thread (models/owner.py), as the app
+    makes its target; the switch test (after the twins) closes it there. `warm_graphs`:
+    dynamo's graph count after its warm-up (no twin's use may add one)."""
     from torch._dynamo.utils import counters
 
-    target = static("cpu", "float32", CPU_CTX, CPU_BUCKETS)
-    target.warm_graphs = counters["stats"]["unique_graphs"]
+    from models.owner import Owner
+
+    owner = Owner()
+    target = owner.call(static, "cpu", "float32", CPU_CTX, CPU_BUCKETS)
+    target.warm_graphs, target.owner = counters["stats"]["unique_graphs"], owner
     yield target
-    target.close()
+    owner.call(target.close)  # again, if the switch closed it: a no-op
+    owner.stop()
 
 
 @contextmanager
@@ -54,6 +60,7 @@ def compiled_target(request, device, dtype, n_ctx, buckets):
     if device == "cpu":
         target = request.getfixturevalue("cpu_compiled")
         assert (target.dtype, target.n_ctx, target.buckets) == (dtype, n_ctx, buckets)
+        assert target.model is not None, "the switch test (after the twins) closed it"
         target.rollback(0)
         yield target
         target.rollback(0)
@@ -224,6 +231,37 @@ def test_one_dynamic_graph_serves_every_chunk_length(device, request):
         assert counters["stats"]["unique_graphs"] == graphs
         assert counters["inductor"]["cudagraph_skips"] == skips
     reference.close()
+
+
+def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
+    """A pair switch on the owner thread: the CPU twins' compiled target (made there) closed,
+    another compiled tiny target of the same shapes loaded, run and closed there. Each close
+    of the last compiled target leaves dynamo no entry for the decode step, so switches never
+    pile up toward its cache limit (the second load finds none of the first's: a third would
+    show nothing more). Here, after the other twins, not in tests/test_owner_thread.py: the
+    first target is the twins' (a load of its own traced both graphs again from the inductor
+    cache, about 6 CPU seconds)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from models.target.static import StaticTarget
+
+    code, owner = StaticTarget._decode.__code__, cpu_compiled.owner
+
+    def run_close(target, seed: int) -> tuple[int, int]:
+        target.rollback(0)
+        target.logits([seed, seed + 1], 1)
+        compiled = len(_debug_get_cache_entry_list(code))
+        target.close()
+        return compiled, len(_debug_get_cache_entry_list(code))
+
+    def load_run_close(seed: int) -> tuple[int, int]:
+        # the twins' thread count (a pair loaded since may have set another): a compile for
+        # another count is another graph, cold (about 12 CPU seconds)
+        torch.set_num_threads(cpu_compiled.fixed_threads)
+        return run_close(static("cpu", "float32", CPU_CTX, CPU_BUCKETS), seed)
+
+    assert owner.call(run_close, cpu_compiled, 3) == (2, 0)  # the 1-token step, the chunk
+    assert owner.call(load_run_close, 5) == (2, 0)
 
 
 QUANTS = [pytest.param(("cpu", "int8", "float32"), id="cpu-int8"),
