@@ -60,10 +60,14 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path, monkeypatch):
     assert vanilla["prompts"] == 2 and vanilla["empty_outputs"] == 1 and vanilla["new_tokens"] == 8
 
 
-def test_window_bench_writes_a_row_per_path_window_fill_and_chunk(tmp_path):
-    """scripts/window_bench.py end to end at a tiny size (eager and static, no compile)."""
+def test_window_bench_writes_a_row_per_path_window_fill_and_chunk(tmp_path, monkeypatch):
+    """scripts/window_bench.py end to end at a tiny size (eager and static, no compile), on
+    smol-self's target cut to 4 layers (tests/cut_target.py: the rows and the table are the
+    subject, not the forwards' times; the 30 layers took 8 CPU seconds, the cut 4)."""
     import scripts.window_bench as wb
+    from tests.cut_target import cut_target
 
+    monkeypatch.setattr(wb, "converted_dir", lambda *a, **k: cut_target("smol-self"))
     wb.main(["--paths", "eager,static", "--windows", "512", "--fills", "40,300",
              "--chunks", "1,4", "--repeats", "1", "--out", str(tmp_path)])
     rows = json.loads((tmp_path / "forward.json").read_text())
