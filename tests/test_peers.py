@@ -13,7 +13,9 @@ from models.pairs.catalog import PairSpec
 from measure.peers import PeerConfig, check, run_peer
 from scripts.benchmark import method_config, parse
 
-PROMPTS = ["Why is the sky blue?", "List three uses of a paperclip."]
+# test_real_lossless.py's first two: the oracle's ids on disk (the second was this file's own:
+# 16 vanilla steps in a fresh clone)
+PROMPTS = ["Why is the sky blue?", "Write a haiku about a cat sleeping in the sun."]
 N = 16
 
 
@@ -33,8 +35,8 @@ def pair(smol_pair):
 
 @pytest.fixture(scope="module")
 def vanilla(smol_pair):
-    """Vanilla's greedy token ids for each prompt: the oracle's (tests/conftest.py; the
-    first prompt's is tests/test_real_lossless.py's, on disk), not 32 single steps again."""
+    """Vanilla's greedy token ids for each prompt: the oracle's (tests/conftest.py;
+    tests/test_real_lossless.py's, on disk), not 32 single steps again."""
     from tests.conftest import vanilla_ids
 
     return {p: vanilla_ids(smol_pair, smol_pair.prompt_ids(p), N) for p in PROMPTS}
