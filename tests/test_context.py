@@ -147,15 +147,24 @@ def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, 
         assert len(tokens) == len(expected)
 
 
-def test_the_budget_s_probes_fit_a_small_window(small_window):
-    """A drift check on a 64-token target (seen on a busy machine: the probes' 64-token context
-    plus a verify chunk overflowed it): the probes shrink to the window; the chat's cache stays."""
+def test_the_budget_s_probes_fit_a_small_window(small_window, monkeypatch):
+    """A drift check on a small target window (seen on a busy machine at 64 tokens: the
+    probes' 64-token context plus a verify chunk overflowed it): the probes shrink to the
+    window, the context first, then the verify sizes; the chat's cache stays. The probes see
+    a 32-token window (the target refuses past it): 16 verify sizes and a 16-token context,
+    both shrunk (at 64 the context alone shrank, and 32 sizes cost four times the rows)."""
     from models.fit.profiler import measure, spot_check
 
     ids = small_window.prompt_ids("Hi")
     run(small_window, ids, method="vanilla", max_new_tokens=4)
     cached = list(small_window.target.cached_ids)
+    monkeypatch.setattr(small_window.target, "n_ctx", 32)
+    probed = []
+    monkeypatch.setattr(small_window.target, "logits", lambda tokens, n, _logits=
+                        small_window.target.logits: probed.append(len(tokens)) or
+                        _logits(tokens, n))
     profile = measure(small_window.drafter, small_window.target, rounds=1)
-    assert len(profile.verify_s) == 32 and all(s > 0 for s in profile.verify_s)
+    assert len(profile.verify_s) == 16 and all(s > 0 for s in profile.verify_s)
+    assert max(probed) == 16 and 16 in probed  # the context, then chunks of 1 to 16
     assert spot_check(small_window.drafter, small_window.target).verify(1) > 0
     assert small_window.target.cached_ids == cached
