@@ -129,25 +129,31 @@ def test_static_target_across_spans_and_at_the_window_end(cut, eager_spans):
 
 
 def test_static_target_keeps_sliding_windows_across_rollbacks():
-    """Gemma 3 mixes sliding-window (512) and full layers: past the window, the static
-    cache (every layer full length) must still give the eager logits. gemma-smol's target
-    cut to its first six layers (five sliding, one full: the pattern its 18 repeat). One
-    load of the weights: the eager target runs first, then the static one takes its model
-    (and attaches its own attention to it)."""
+    """Gemma 3 mixes sliding-window and full layers: past the window, the static cache
+    (every layer full length) must still give the eager logits. gemma-smol's target cut to
+    its first six layers (five sliding, one full: the pattern its 18 repeat), its window
+    512 cut to 128 (tests/cut_target.py; the fill past it a quarter as long). One load of
+    the weights: the eager target runs first, then the static one takes its model (and
+    attaches its own attention to it)."""
+    import json
+
     model_dir = cut_target("gemma-smol")
-    ids = [1000 + (i * 7919) % 20000 for i in range(600)]
+    window = json.loads((model_dir / "config.json").read_text())["sliding_window"]
+    n = window + 88  # past the window, then a rollback to 10 tokens before the end
+    ids = [1000 + (i * 7919) % 20000 for i in range(n)]
 
     def past_the_window(target) -> np.ndarray:
         target.rollback(0)
         target.logits(ids, 1)
         target.logits([300, 301, 302], 3)
-        target.rollback(590)
+        target.rollback(n - 10)
         return target.logits([400, 401, 402, 403], 4).numpy()
 
-    eager = TorchTarget(model_dir, "cpu", 1024, "float32")
+    eager = TorchTarget(model_dir, "cpu", 512, "float32")
+    assert eager.model.config.sliding_window == window < n - 10
     model, a = eager.model, past_the_window(eager)
     eager.close()
-    static = StaticTarget(model_dir, "cpu", 1024, "float32", compile=False, model=model)
+    static = StaticTarget(model_dir, "cpu", 512, "float32", compile=False, model=model)
     np.testing.assert_allclose(a, past_the_window(static), atol=2e-4, rtol=1e-4)
     static.close()
 
