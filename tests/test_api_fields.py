@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.test_api import GOOD, HELLO, chat, served  # noqa: F401 - the shared server fixture
+from tests.test_api import oracle_text
 
 NULLS = ["temperature", "top_p", "n", "seed", "stream", "max_tokens", "stop", "stream_options",
          "top_k", "tools", "tool_choice", "logprobs", "top_logprobs", "logit_bias",
@@ -37,8 +38,8 @@ def test_null_means_the_default(served):
     assert reply.usage.completion_tokens <= 4
 
 
-def test_up_to_64_stop_strings_and_the_last_one_stops(served):
-    whole = chat(served).choices[0].message.content
+def test_up_to_64_stop_strings_and_the_last_one_stops(served, smol_pair):
+    whole = oracle_text(smol_pair)  # the whole answer (tests/test_api.py: the API's)
     word = whole.split()[2]
     stops = [f"never-{i}" for i in range(63)] + [word]
     cut = chat(served, stop=stops).choices[0]
