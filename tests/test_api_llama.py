@@ -212,10 +212,11 @@ def test_infill_with_fim_tokens_is_lossless(served, monkeypatch):
     body = {"input_prefix": "def add(a, b):\n    return ", "input_suffix": "\n\nprint(add(1, 2))",
             "n_predict": 12, "temperature": 0, "return_tokens": True}
     duo = native(served, "/infill", {**body, "method": "duo"}).json()
-    vanilla = native(served, "/infill", {**body, "method": "vanilla"}).json()
     ids = (pair.tokenizer("")["input_ids"] + [3] + pair.tokenizer(body["input_prefix"])[
         "input_ids"] + [5] + pair.tokenizer(body["input_suffix"])["input_ids"] + [6])
-    assert duo["tokens"] == vanilla["tokens"] == vanilla_ids(pair, ids, 12)
+    # vanilla on these ids (the oracle): the prompt is laid out so, and duo is lossless on
+    # it (a `vanilla` through /infill as well decoded the same 12 single steps again)
+    assert duo["tokens"] == vanilla_ids(pair, ids, 12)
     assert duo["tokens_evaluated"] == len(ids)
     text = served.client().completions.create(
         model="smol-self", prompt=body["input_prefix"], suffix=body["input_suffix"],

@@ -53,11 +53,11 @@ def test_prompt_file_and_streaming(tmp_path, capsys, monkeypatch, smol_pair):
     monkeypatch.setattr(models.loader, "Pair", lambda name, options: smol_pair)
     monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")  # what main's quiet_logs sets
     f = tmp_path / "p.txt"
-    f.write_text("Say hello.", encoding="utf-8")
+    f.write_text("Why is the sky blue?", encoding="utf-8")  # test_real_lossless's: its oracle
     main(["--prompt-file", str(f), "--method", "sps", "--max-new-tokens", "8", "--gamma", "3"])
     out = capsys.readouterr().out
     assert out.strip() and not out.lstrip().startswith("{")
-    ids = vanilla_ids(smol_pair, smol_pair.prompt_ids("Say hello."), 8)
+    ids = vanilla_ids(smol_pair, smol_pair.prompt_ids("Why is the sky blue?"), 8)
     assert out == smol_pair.decode(ids) + "\n"  # the streamed pieces spell the answer
 
 
