@@ -8,12 +8,9 @@ import os
 import shutil
 from pathlib import Path
 
-# smol-self: 4 of its 30 (Llama layers, all alike); gemma-smol: 6 of its 18, five
-# sliding-window layers and a full one (the pattern the 18 repeat three times)
-LAYERS = {"smol-self": 4, "gemma-smol": 6}
-# gemma-smol's sliding window (512) cut to 128: a case that fills past the window (its
-# subject) fills a quarter of the tokens; the window's mask is the same code at any width
-WINDOW = {"gemma-smol": 128}
+# smol-self: 4 of its 30 (Llama layers, all alike); gemma-smol's sliding-window case loads
+# its first layers in place (tests/test_target_static.py: no folder written)
+LAYERS = {"smol-self": 4}
 
 
 def source(name: str) -> Path:
@@ -25,18 +22,17 @@ def source(name: str) -> Path:
 
 
 def cut_target(name: str = "smol-self") -> Path:
-    """<the suite's cache>/cut/<the converted folder>-<layers>l[-w<window>]: config.json with
-    the first LAYERS[name] layers (`num_hidden_layers`, `layer_types`) and WINDOW[name]'s
-    `sliding_window` where given, the weights of the embeddings,
+    """<the suite's cache>/cut/<the converted folder>-<layers>l: config.json with the first
+    LAYERS[name] layers (`num_hidden_layers`, `layer_types`), the weights of the embeddings,
     the final norm and those layers, and the tokenizer's files. Written to a folder of this
     process's own, then renamed into place (two workers may build it at once)."""
     from safetensors.torch import load_file, save_file
 
     from models.pairs.convert import cache_root
 
-    layers, window, full = LAYERS[name], WINDOW.get(name), source(name)
+    layers, full = LAYERS[name], source(name)
     folder = Path(os.environ.get("DUO_SUITE_CACHE") or cache_root()) / "cut" / \
-        f"{full.name}-{layers}l{f'-w{window}' if window else ''}"
+        f"{full.name}-{layers}l"
     if (folder / "model.safetensors").exists():
         return folder
     tmp = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
@@ -48,8 +44,6 @@ def cut_target(name: str = "smol-self") -> Path:
     config["num_hidden_layers"] = layers
     if "layer_types" in config:
         config["layer_types"] = config["layer_types"][:layers]
-    if window:
-        config["sliding_window"] = window
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
     save_file({k: v for k, v in load_file(full / "model.safetensors").items()
                if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers},

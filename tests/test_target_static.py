@@ -17,7 +17,7 @@ from models.target.sampling import device_scores
 from models.target.sampling import logits_to_probs as torch_probs
 from models.target.static import StaticTarget
 from models.target.eager import TorchTarget
-from tests.cut_target import cut_target, load_cut
+from tests.cut_target import load_cut
 
 PROMPTS = ["Why is the sky blue?", "Write a Python function that reverses a string.",
            "List three tips for staying focused while studying."]
@@ -130,15 +130,21 @@ def test_static_target_across_spans_and_at_the_window_end(cut, eager_spans):
 
 def test_static_target_keeps_sliding_windows_across_rollbacks():
     """Gemma 3 mixes sliding-window and full layers: past the window, the static cache
-    (every layer full length) must still give the eager logits. gemma-smol's target cut to
-    its first six layers (five sliding, one full: the pattern its 18 repeat), its window
-    512 cut to 128 (tests/cut_target.py; the fill past it a quarter as long). One load of
-    the weights: the eager target runs first, then the static one takes its model (and
-    attaches its own attention to it)."""
-    import json
+    (every layer full length) must still give the eager logits. gemma-smol's target, its
+    first six layers (five sliding, one full: the pattern its 18 repeat) loaded from the
+    suite's conversion (no cut folder written), its window 512 set to 128: the fill past it
+    a quarter as long (without the window these logits move by 1.3, against the 2e-4
+    tolerance). One load of the weights: the eager target runs first, then the static one
+    takes its model (and attaches its own attention to it)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    model_dir = cut_target("gemma-smol")
-    window = json.loads((model_dir / "config.json").read_text())["sliding_window"]
+    from tests.cut_target import source
+
+    model_dir, window = source("gemma-smol"), 128
+    config = AutoConfig.from_pretrained(model_dir)
+    config.num_hidden_layers, config.sliding_window = 6, window
+    config.layer_types = config.layer_types[:6]
+    assert set(config.layer_types) == {"sliding_attention", "full_attention"}
     n = window + 88  # past the window, then a rollback to 10 tokens before the end
     ids = [1000 + (i * 7919) % 20000 for i in range(n)]
 
@@ -149,9 +155,10 @@ def test_static_target_keeps_sliding_windows_across_rollbacks():
         target.rollback(n - 10)
         return target.logits([400, 401, 402, 403], 4).numpy()
 
-    eager = TorchTarget(model_dir, "cpu", 512, "float32")
-    assert eager.model.config.sliding_window == window < n - 10
-    model, a = eager.model, past_the_window(eager)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
+    assert len(model.model.layers) == 6
+    eager = TorchTarget(model_dir, "cpu", 512, "float32", model=model)
+    a = past_the_window(eager)
     eager.close()
     static = StaticTarget(model_dir, "cpu", 512, "float32", compile=False, model=model)
     np.testing.assert_allclose(a, past_the_window(static), atol=2e-4, rtol=1e-4)
