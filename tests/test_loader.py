@@ -97,15 +97,22 @@ def test_a_generation_asks_the_placement_once_and_passes_the_answer_down(smol_pa
     assert isinstance(want, Threads)
 
 
-def test_close_frees_the_draft_and_the_target():
+def test_close_frees_the_draft_and_the_target(monkeypatch):
     """Nothing keeps the target's weights or cache alive after close (a pair switch frees
-    the old pair before loading the new one), and the draft's llama.cpp context is gone."""
+    the old pair before loading the new one), and the draft's llama.cpp context is gone.
+    The target cut to 4 of its 30 layers (tests/cut_target.py: what holds a reference does
+    not depend on the layer count; loading and running the 30 cost about 2 CPU s more)."""
     import gc
     import weakref
 
+    import models.loader as loader
     from models.loader import LoadOptions, Pair
+    from tests.cut_target import cut_target
 
+    folder = cut_target("smol-self")
+    monkeypatch.setattr(loader, "converted_dir", lambda *a, **k: folder)
     pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
+    assert pair.target_dir == folder
     list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo", max_new_tokens=4)))
     weights, cache = weakref.ref(pair.target.model), weakref.ref(pair.target.cache)
     pair.close()

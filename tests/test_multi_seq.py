@@ -110,7 +110,8 @@ def _branches_kept_right(d, ids: list[int]) -> None:
 
 def test_stats_report_sequences_per_round(smol_pair, oracle):
     ids, _ = oracle[PROMPTS[1]]
-    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5)  # gamma: see above
+    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5,  # gamma: see above
+                   n=16)  # the bookkeeping shows in any rounds (32 before: 16 tokens more)
     # every chunk has 2 sequences, but the last one when the output's end cuts it to 1 token
     # (a chunk is sized so no round drafts past max_new_tokens)
     assert set(stats["seq_hist"]) <= {"1", "2"} and stats["seq_hist"].get("1", 0) <= 1
