@@ -239,8 +239,8 @@ def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
     of the last compiled target leaves dynamo no entry for the decode step, so switches never
     pile up toward its cache limit (the second load finds none of the first's: a third would
     show nothing more). Here, after the other twins, not in tests/test_owner_thread.py: the
-    first target is the twins' (a load of its own traced both graphs again from the inductor
-    cache, about 6 CPU seconds)."""
+    first target is the twins' (a load of its own, a process's first compile, took dynamo's
+    and inductor's one-time start, about 5 CPU seconds, beside the cache's 1.5)."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     from models.target.static import StaticTarget
@@ -255,8 +255,8 @@ def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
         return compiled, len(_debug_get_cache_entry_list(code))
 
     def load_run_close(seed: int) -> tuple[int, int]:
-        # the twins' thread count (a pair loaded since may have set another): a compile for
-        # another count is another graph, cold (about 12 CPU seconds)
+        # the twins' thread count (a pair loaded since may have set another): a CPU graph is
+        # guarded on it (models/target/static.py), another count compiles again
         torch.set_num_threads(cpu_compiled.fixed_threads)
         return run_close(static("cpu", "float32", CPU_CTX, CPU_BUCKETS), seed)
 
