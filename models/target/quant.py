@@ -241,7 +241,8 @@ def save_quantized(model: torch.nn.Module, folder: str | Path, kind: str, device
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)  # a folder of this writer's own:
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".tmp", dir=folder.parent))
-    state = {k: v for k, v in model.state_dict().items() if k not in _tied_keys(model)}
+    tied = _tied_keys(model)
+    state = {k: v for k, v in model.state_dict().items() if k not in tied}
     tensors, meta = flatten_tensor_state_dict(state)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS), metadata=meta)
     model.config.save_pretrained(str(tmp))
