@@ -1,6 +1,8 @@
 """A quiet start: loading the real smol-self pair and generating print nothing of the
 libraries' own on stderr (llama.cpp's log lines, transformers' progress bars); those lines go
-to logging at debug level, and the draft's window stays within its trained window."""
+to logging at debug level, and the draft's window stays within its trained window. The
+target is cut to 4 of its 30 layers (tests/cut_target.py: the same loading code and
+libraries; the 30 layers' load and forwards cost about 1.5 CPU s more)."""
 from __future__ import annotations
 
 import logging
@@ -12,7 +14,9 @@ NOISE = ("llama_", "n_ctx", "Loading weights", "ggml", "%|")
 
 def test_a_quiet_start_within_the_draft_s_trained_window(pair_with, capfd, caplog):
     caplog.set_level(logging.DEBUG, logger="duo.llama")
-    pair = pair_with()
+    from tests.cut_target import load_cut
+
+    pair = load_cut(pair_with)
     ids = pair.prompt_ids("Hello")
     for method in ("vanilla", "duo"):
         list(pair.generate(ids, GenConfig(method=method, max_new_tokens=4, gamma=2)))
