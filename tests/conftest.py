@@ -4,6 +4,7 @@ script's one-line error exit."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -113,22 +114,27 @@ def pytest_runtest_logreport(report):
             f.write(f"== {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n")
 
 
+CONVERT = """import sys
+from models.pairs.catalog import get_pair, target_source
+from models.pairs.convert import converted_dir
+kind, path = target_source(get_pair(sys.argv[1]))
+if kind == "gguf" and path.exists():
+    converted_dir(path)
+"""
+
+
 def pytest_sessionstart(session):
-    """Under xdist, before the workers start: the suite's pairs converted once. On a fresh
-    cache the workers' first files and the app processes they start each converted the
-    same GGUF at once (24 CPU seconds each for smol-self, 70 for gemma-smol)."""
+    """Under xdist, before the workers start: the suite's pairs converted once, each in a
+    process of its own at once (11 and 27 CPU seconds on a fresh cache). Before, the workers'
+    first files and the app processes they start each converted the same GGUF at once. A
+    pair that fails here (a GPU machine may lack its package) fails in the tests that load it."""
     if getattr(session.config.option, "numprocesses", None) and \
             not hasattr(session.config, "workerinput"):
-        from models.pairs.catalog import get_pair, target_source
-        from models.pairs.convert import converted_dir
-
-        for name in ("smol-self", "gemma-smol"):
-            try:  # a GPU machine may lack a pair's package
-                kind, path = target_source(get_pair(name))
-                if kind == "gguf" and path.exists():
-                    converted_dir(path)
-            except Exception:  # noqa: BLE001 - the tests that load it say what failed
-                pass
+        runs = [subprocess.Popen([sys.executable, "-c", CONVERT, name], cwd=ROOT,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name in ("smol-self", "gemma-smol")]
+        for run in runs:
+            run.wait()
 
 
 def pytest_sessionfinish(session):

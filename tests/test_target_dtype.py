@@ -48,6 +48,25 @@ def test_conversion_in_bfloat16_rounds_the_float32_weights(tmp_path, monkeypatch
     assert all(torch.equal(a[k], b[k].to(torch.bfloat16)) for k in a)
 
 
+def test_a_conversion_parses_its_gguf_once(tmp_path):
+    """Inside a conversion transformers' three reads of the header (config, tokenizer,
+    weights) get one parse and its ~400 tensor-name maps one map; gguf's own come back after
+    (smol-self's and gemma-smol's conversions were byte for byte the same either way)."""
+    import gguf
+
+    from measure.gguf_random import write_random_gguf
+    from measure.gpu_bench import TINY
+    from models.pairs.convert import _gguf_parsed_once
+
+    path = write_random_gguf(tmp_path / "tiny.gguf", TINY)
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _gguf_parsed_once():
+        assert gguf.GGUFReader(path) is gguf.GGUFReader(str(path))
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)
+
+
 @pytest.fixture(scope="module")
 def bf16_pair(pair_with):
     """smol-self with a bfloat16 target loaded from the float32 conversion the suite made

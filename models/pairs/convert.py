@@ -8,9 +8,12 @@ import os
 import shutil
 import threading
 import time
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 log = logging.getLogger("duo.convert")
+_PARSE_ONCE = threading.Lock()  # one conversion at a time in a process patches gguf
 
 
 def cache_root() -> Path:
@@ -57,9 +60,10 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
 
     tmp = own_tmp(out)  # two processes may convert at once
     tmp.mkdir(parents=True, exist_ok=True)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=getattr(torch, dtype))
+    with _PARSE_ONCE, _gguf_parsed_once():
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=getattr(torch, dtype))
     tok.save_pretrained(str(tmp))
     model.config.quantization_config = None  # the saved weights are plain, dequantized
     model.config.save_pretrained(str(tmp))
@@ -72,6 +76,29 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
         if not (out / "model.safetensors").exists():
             raise
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _gguf_parsed_once():
+    """transformers reads a GGUF's header three times (config, tokenizer, weights: each a
+    Python parse of the whole vocabulary) and builds gguf's tensor-name map once a module
+    (about 400 times for smol-self): within the block one parse a file and one map an
+    architecture serve them all (read-only both; a third of smol-self's conversion)."""
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (str(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
 
 
 def say(progress, msg: str) -> None:
