@@ -123,22 +123,29 @@ if kind == "gguf" and path.exists():
 """
 
 
+_CONVERTING: list = []
+
+
 def pytest_sessionstart(session):
-    """Under xdist, before the workers start: the suite's pairs converted once, each in a
-    process of its own at once (11 and 27 CPU seconds on a fresh cache). Before, the workers'
-    first files and the app processes they start each converted the same GGUF at once. A
-    pair that fails here (a GPU machine may lack its package) fails in the tests that load it."""
+    """Under xdist: the suite's pairs converted once, each in a process of its own (11 and 27
+    CPU seconds on a fresh cache), smol-self's before the workers start (their first files
+    load it), gemma-smol's beside them (a process that needs it first waits for it:
+    models/pairs/convert.py locks a conversion). Before, the workers' first files and the app
+    processes they start each converted the same GGUF at once. A pair that fails here (a GPU
+    machine may lack its package) fails in the tests that load it."""
     if getattr(session.config.option, "numprocesses", None) and \
             not hasattr(session.config, "workerinput"):
         runs = [subprocess.Popen([sys.executable, "-c", CONVERT, name], cwd=ROOT,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name in ("smol-self", "gemma-smol")]
-        for run in runs:
-            run.wait()
+        runs[0].wait()
+        _CONVERTING.extend(runs[1:])
 
 
 def pytest_sessionfinish(session):
     _stop_app()  # a run stopped early
+    for run in _CONVERTING:
+        run.wait()
 
 
 @pytest.fixture(scope="session")

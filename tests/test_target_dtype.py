@@ -67,6 +67,35 @@ def test_a_conversion_parses_its_gguf_once(tmp_path):
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)
 
 
+def test_one_conversion_at_a_time_and_the_waiter_gets_its_folder(tmp_path, monkeypatch):
+    """Two loads of one GGUF at once (the app and a CLI, or the suite's workers on a fresh
+    cache): the second waits on the first's lock, then finds its folder; one conversion."""
+    import threading
+    import time
+
+    import models.pairs.convert as convert
+
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    gguf = tmp_path / "a.gguf"
+    gguf.write_bytes(b"GGUF")
+    made = []
+
+    def fake_convert(src, out, dtype):
+        made.append(out)
+        time.sleep(0.3)  # the other load arrives meanwhile
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(convert, "_convert", fake_convert)
+    folders = []
+    loads = [threading.Thread(target=lambda: folders.append(convert.converted_dir(gguf)))
+             for _ in range(2)]
+    for load in loads:
+        load.start()
+    for load in loads:
+        load.join()
+    assert len(made) == 1 and folders == [made[0]] * 2
+
+
 @pytest.fixture(scope="module")
 def bf16_pair(pair_with):
     """smol-self with a bfloat16 target loaded from the float32 conversion the suite made

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from filelock import FileLock
+
 log = logging.getLogger("duo.convert")
 _PARSE_ONCE = threading.Lock()  # one conversion at a time in a process patches gguf
 
@@ -45,11 +47,14 @@ def converted_dir(gguf: Path, progress=None, dtype: str = "float32") -> Path:
     out = cache_root() / "converted" / name
     if (out / "model.safetensors").exists():
         return out
-    say(progress, f"converting {gguf.name} to PyTorch weights in {dtype} (first load only; "
-                  "20-60 s)")
-    t0 = time.perf_counter()
-    _convert(gguf, out, dtype)
-    say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{out}.lock"):  # another process converting it: its folder, once done
+        if not (out / "model.safetensors").exists():
+            say(progress, f"converting {gguf.name} to PyTorch weights in {dtype} (first load "
+                          "only; 10-60 s)")
+            t0 = time.perf_counter()
+            _convert(gguf, out, dtype)
+            say(progress, f"converted {gguf.name} in {time.perf_counter() - t0:.1f} s -> {out}")
     return out
 
 
