@@ -63,7 +63,7 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = own_tmp(out)  # two processes may convert at once
+    tmp = own_tmp(out)  # written beside, renamed when whole: a reader never sees half
     tmp.mkdir(parents=True, exist_ok=True)
     with _PARSE_ONCE, _gguf_parsed_once():
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
