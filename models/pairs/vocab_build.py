@@ -3,6 +3,8 @@ tokenizer and from the draft's llama.cpp model, the analysis (`VocabMap`: twins,
 tokens, whether the pair can work), cached on disk per file pair. core/align.py translates."""
 from __future__ import annotations
 
+import copy
+
 import hashlib
 import json
 import logging
@@ -40,6 +42,7 @@ class VocabMap:
         for d, t in self.control_d2t.items():
             self.d2t[d] = t
         self.one_to_one = self.d2t >= 0
+        self._report: dict | None = None  # report(), once asked
 
     def _twins(self) -> np.ndarray:
         by_bytes: dict[bytes, int] = {}
@@ -75,6 +78,14 @@ class VocabMap:
         return t2d, d2t
 
     def report(self) -> dict:
+        """What the analysis found (sizes, shares, controls): counted once, the map being
+        settled at its making (a load asks for it three times, a count over both
+        vocabularies: about 50 ms for gemma-smol's); a copy each call."""
+        if self._report is None:
+            self._report = self._count()
+        return copy.deepcopy(self._report)
+
+    def _count(self) -> dict:
         text_d = [i for i in range(len(self.draft)) if self.draft.text_id(i)]
         text_t = sum(self.target.text_id(i) for i in range(len(self.target)))
         shared = int((self.d2t[text_d] >= 0).sum()) if text_d else 0
