@@ -55,16 +55,22 @@ def cut_target(name: str = "smol-self") -> Path:
     return folder
 
 
+def use_cut(monkeypatch) -> Path:
+    """smol-self's loads through `monkeypatch` (until it undoes) get its cut target's folder."""
+    import models.loader as loader
+
+    folder = cut_target("smol-self")
+    monkeypatch.setattr(loader, "converted_dir", lambda *a, **k: folder)
+    return folder
+
+
 def load_cut(pair_with, **options):
     """tests/conftest.py's `pair_with` load of smol-self with its target cut (the pair's
     draft, tokenizer and budget profile as they are)."""
     import pytest
 
-    import models.loader as loader
-
-    folder = cut_target("smol-self")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loader, "converted_dir", lambda *a, **k: folder)
+        folder = use_cut(mp)
         pair = pair_with(**options)
     assert pair.target_dir == folder
     return pair

@@ -105,12 +105,10 @@ def test_close_frees_the_draft_and_the_target(monkeypatch):
     import gc
     import weakref
 
-    import models.loader as loader
     from models.loader import LoadOptions, Pair
-    from tests.cut_target import cut_target
+    from tests.cut_target import use_cut
 
-    folder = cut_target("smol-self")
-    monkeypatch.setattr(loader, "converted_dir", lambda *a, **k: folder)
+    folder = use_cut(monkeypatch)
     pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
     assert pair.target_dir == folder
     list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo", max_new_tokens=4)))

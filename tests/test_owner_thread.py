@@ -102,15 +102,13 @@ def test_every_target_call_of_load_page_api_and_switch_runs_on_the_owner(target_
     """The pair's target cut to a few layers (tests/cut_target.py): which thread makes each
     call is the subject, the same for any layer count; both loads and the generations cost
     a fraction."""
-    import models.loader
     from app.host import ModelHost, real_pair
     from app.ui import App
     from core.engine import GenConfig
     from models.loader import LoadOptions, Pair
-    from tests.cut_target import cut_target
+    from tests.cut_target import use_cut
 
-    folder = cut_target("smol-self")
-    monkeypatch.setattr(models.loader, "converted_dir", lambda *a, **k: folder)
+    folder = use_cut(monkeypatch)
 
     opts = LoadOptions(device="cpu", dtype="float32", target_compile="off", target_quant="none")
     load = real_pair(opts)  # profiles and warms up: the app's load
