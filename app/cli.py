@@ -17,6 +17,7 @@ DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
 DRAFT_FORMATS = ("original", "q8_0")
 DRAFT_PREFILLS = ("auto", "copy", "own")
+DRAFT_ATTENTIONS = ("auto", "flash", "plain")
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,12 +67,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"the draft's prompt prefill: {', '.join(DRAFT_PREFILLS)} (auto: on "
                         "the draft's Q8_0 copy, its cache then moved into the draft, where "
                         "that measured faster here; default from DUO_DRAFT_PREFILL)")
+    p.add_argument("--draft-attention", default="auto",
+                   help=f"the draft's attention kernel in llama.cpp: "
+                        f"{', '.join(DRAFT_ATTENTIONS)} (auto: the one that decoded faster "
+                        "here; plain is much faster on some CPUs past a few hundred tokens)")
 
 
 def load_options(args):
     for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
                                ("--draft-format", args.draft_format, DRAFT_FORMATS),
                                ("--draft-prefill", args.draft_prefill, DRAFT_PREFILLS),
+                               ("--draft-attention", args.draft_attention, DRAFT_ATTENTIONS),
                                ("--target-compile", args.target_compile, COMPILE_CHOICES),
                                ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
@@ -82,6 +88,7 @@ def load_options(args):
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
                        draft_format=args.draft_format, draft_prefill=args.draft_prefill,
+                       draft_attention=args.draft_attention,
                        target_compile=args.target_compile,
                        target_quant=args.target_quant, n_ctx=args.ctx_size)
 

@@ -32,6 +32,7 @@ class LoadOptions:
     dtype: str = "auto"  # target weights: auto (cuda bfloat16, cpu float32), or a torch dtype
     draft_format: str = "original"  # draft weights: original, or q8_0 (a cached copy)
     draft_prefill: str = "auto"  # prompt prefill: auto (the Q8_0 copy where faster), copy, own
+    draft_attention: str = "auto"  # auto (the kernel that decoded faster here), flash, plain
     n_ctx: int | None = None  # None: the trained window, capped by memory (--ctx-size)
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster for duo), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
@@ -50,7 +51,9 @@ class Pair:
                  progress: Callable[[str], None] | None = None):
         from transformers import AutoTokenizer
 
+        from models.draft.attention import choose_attention
         from models.draft.llama import LlamaDrafter
+        from models.draft.prefill import choose_prefill
         from models.quiet import quiet_libraries
         from models.target.choice import load_target, pick_quant_kind
 
@@ -84,11 +87,16 @@ class Pair:
         self.tokenizer_lock = threading.RLock()
         try:  # a load that fails half-way frees what it loaded (a GPU must not keep it)
             self.tokenizer = _tokenizer(AutoTokenizer, model_dir, self.spec.name)
+            cores = max(1, self.opts.cores)
+            self.attention_choice = choose_attention(draft_gguf, self.opts.draft_attention,
+                                                     cores, self.opts.remeasure, say)
             say(f"loading draft {draft_gguf.name} on the CPU")
             self.drafter = LlamaDrafter(draft_gguf, n_threads=1,
-                                        n_ctx=draft_window(n_ctx, self.spec.same_tokenizer))
+                                        n_ctx=draft_window(n_ctx, self.spec.same_tokenizer),
+                                        attention=self.attention_choice.kind)
             self.drafter.vocab = self._vocab()
-            self.drafter.prefill, self.prefill_choice = self._prefill(draft_gguf, say)
+            self.drafter.prefill, self.prefill_choice = choose_prefill(
+                self.drafter, draft_gguf, self.opts.draft_prefill, cores, self.opts.remeasure, say)
         except BaseException:
             self.close()
             raise
@@ -265,27 +273,15 @@ class Pair:
                 ev.stats["target_quant"] = self.target.quant
                 ev.stats["draft_format"] = self.draft_format.to_dict()
                 ev.stats["draft_prefill"] = self.prefill_choice.to_dict()
+                ev.stats["draft_attention"] = self.attention_choice.to_dict()
             yield ev
-
-    def _prefill(self, draft_gguf: Path, say):
-        """The draft's prompt prefill: on its Q8_0 copy where that is faster here (timed once
-        per machine, draft file and core count; models/draft/prefill.py)."""
-        from models.draft.prefill import cache_key, pick_prefill
-        from models.fit.profiler import measured
-
-        cores = max(1, self.opts.cores)
-        key = cache_key(draft_gguf.name, cores)
-
-        def timed(measure):
-            return measured("draft_prefill.json", key, measure, self.opts.remeasure, say,
-                            "timing the draft's prompt prefill (the file, its Q8_0 copy)")["value"]
-        return pick_prefill(self.drafter, draft_gguf, self.opts.draft_prefill, cores, timed, say)
 
     def describe(self) -> dict:
         """The placement line's two halves, for the app."""
         duo = self.threads("duo")
         fmt = self.draft_format
-        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind}), prompt "
+        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind}), attention: "
+                         f"{self.attention_choice.reason}, prompt "
                          f"prefill: {self.prefill_choice.reason}",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "

@@ -23,6 +23,10 @@ FIXED = {"smol-self": (0.060, 0.160, 0.0065), "gemma-smol": (0.100, 0.400, 0.006
 # Q4_1 file, as on the suite's 2-core machines (docs/draft.md: 700 tokens in 1.4 s against
 # 2.8), so `auto` takes the copy there, as a user's run does
 PREFILL = {"own": 2.0, "copy": 1.0}
+# the draft's attention kernels timed alike (models/draft/attention.py): `auto` keeps llama.cpp's
+# flash attention, so the drafts the tests count are the ones every earlier run counted; the
+# plain kernel has tests of its own (test_draft_attention.py)
+ATTENTION = {"flash": 0.02, "plain": 0.02}
 SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
 
@@ -77,6 +81,7 @@ def use_fixed_profiles() -> None:
     benchmark processes the tests start inherit both), answer the suite's pairs' profile
     lookups with the fixed profile, and store it for every thread split here, for them."""
     import models.fit.profiler as profiler
+    from models.draft.attention import cache_key as attention_key
     from models.draft.prefill import cache_key
     from models.pairs.catalog import draft_path, get_pair
 
@@ -88,8 +93,9 @@ def use_fixed_profiles() -> None:
     measured = profiler.measured
 
     def fixed(file, key, measure, *args, **kwargs):
-        if file == "draft_prefill.json":
-            return _store(profiler.cache_root() / file, key, PREFILL)
+        if file in ("draft_prefill.json", "draft_attention.json"):
+            return _store(profiler.cache_root() / file, key,
+                          PREFILL if file == "draft_prefill.json" else ATTENTION)
         name = next((n for n in FIXED if f"|{n}|" in key), None)
         if file != "profiles.json" or name is None:
             return measured(file, key, measure, *args, **kwargs)
@@ -105,5 +111,7 @@ def use_fixed_profiles() -> None:
         drafter = SimpleNamespace(name=draft_path(get_pair(name)).name)
         _store(profiler.cache_root() / "draft_prefill.json", cache_key(drafter.name, cores),
                PREFILL)
+        _store(profiler.cache_root() / "draft_attention.json", attention_key(drafter.name),
+               ATTENTION)
         for split in sorted(splits):
             profiler.load_or_measure(name, drafter, target, split)

@@ -76,6 +76,7 @@ def test_prompt_file_and_streaming(tmp_path, capsys, monkeypatch, smol_pair):
     (["--prompt", "x", "--target-dtype", "int3"], "--target-dtype must be one of auto"),
     (["--prompt", "x", "--draft-format", "q2"], "--draft-format must be one of original"),
     (["--prompt", "x", "--draft-prefill", "gpu"], "--draft-prefill must be one of auto"),
+    (["--prompt", "x", "--draft-attention", "fast"], "--draft-attention must be one of auto"),
     (["--prompt-file", "/does/not/exist.txt"], "cannot read prompt file"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, needle):

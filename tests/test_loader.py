@@ -101,7 +101,9 @@ def test_close_frees_the_draft_and_the_target(monkeypatch):
     """Nothing keeps the target's weights or cache alive after close (a pair switch frees
     the old pair before loading the new one), and the draft's llama.cpp context is gone.
     The target cut to 4 of its 30 layers (tests/cut_target.py: what holds a reference does
-    not depend on the layer count; loading and running the 30 cost about 2 CPU s more)."""
+    not depend on the layer count; loading and running the 30 cost about 2 CPU s more).
+    Loaded with the draft's plain attention kernel, which the draft, its prefill copy, the
+    stats and the placement line all carry (one load serves both)."""
     import gc
     import weakref
 
@@ -109,9 +111,14 @@ def test_close_frees_the_draft_and_the_target(monkeypatch):
     from tests.cut_target import use_cut
 
     folder = use_cut(monkeypatch)
-    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none"))
+    pair = Pair("smol-self", LoadOptions(target_compile="off", target_quant="none",
+                                         draft_attention="plain"))
     assert pair.target_dir == folder
-    list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo", max_new_tokens=4)))
+    events = list(pair.generate(pair.prompt_ids("Hi"), GenConfig(method="duo",
+                                                                 max_new_tokens=4)))
+    assert pair.drafter.attention == pair.drafter.prefill.copy.attention == "plain"
+    assert events[-1].stats["draft_attention"]["kind"] == "plain"
+    assert "attention: plain" in pair.describe()["draft"]
     weights, cache = weakref.ref(pair.target.model), weakref.ref(pair.target.cache)
     pair.close()
     gc.collect()

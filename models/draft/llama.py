@@ -22,16 +22,23 @@ from models.quiet import route_llama_logs
 route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr
 
 
+# llama.cpp's flash_attn_type per attention kernel (models/draft/attention.py): -1 (its auto:
+# flash attention where it supports the model, its default), 0 (off: the plain kernel)
+FLASH_ATTN_TYPE = {"flash": -1, "plain": 0}
+
+
 class LlamaDrafter(Branches):
     """Drafts with llama.cpp; contexts and proposals are target ids, translated by `vocab`
     (core/align.py). With a `branching` policy it drafts several sequences in one batch."""
 
     def __init__(self, path: str | Path, n_threads: int = 1, n_ctx: int = 4096,
-                 n_batch: int = 512, max_seqs: int = 8):
+                 n_batch: int = 512, max_seqs: int = 8, attention: str = "flash"):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"draft model file not found: {path}")
-        self.name = path.name
+        # timings are kept per name (models/fit/profiler.py): each kernel has its own
+        self.name = path.name if attention == "flash" else f"{path.name}|{attention}-attention"
+        self.attention = attention  # models/draft/attention.py
         mp = C.llama_model_default_params()
         mp.n_gpu_layers = 0
         mp.use_extra_bufts = extra_buffers_safe()
@@ -42,6 +49,7 @@ class LlamaDrafter(Branches):
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, n_batch
         cp.n_threads = cp.n_threads_batch = n_threads
         cp.n_seq_max, cp.kv_unified = max_seqs, True
+        cp.flash_attn_type = FLASH_ATTN_TYPE[attention]
         self.ctx = internals.LlamaContext(model=self.model, params=cp, verbose=False)
         self.n_ctx, self.n_batch, self.max_seqs = n_ctx, n_batch, max_seqs
         self.n_threads = n_threads

@@ -26,8 +26,10 @@ class CopyPrefill:
     than `min_tokens` new tokens)."""
     min_tokens = MIN_TOKENS
 
-    def __init__(self, path: Path, n_ctx: int, n_threads: int = 1):
-        self.copy = LlamaDrafter(path, n_threads=n_threads, n_ctx=n_ctx, max_seqs=1)
+    def __init__(self, path: Path, n_ctx: int, n_threads: int = 1, attention: str = "flash"):
+        # the draft's own kernel: the cache it moves is laid out for it (V transposed or not)
+        self.copy = LlamaDrafter(path, n_threads=n_threads, n_ctx=n_ctx, max_seqs=1,
+                                 attention=attention)
 
     def fill(self, drafter, ids: list[int]) -> bool:
         """Evaluate `ids` (draft ids) on the copy and move its cache into `drafter`'s
@@ -70,7 +72,8 @@ def pick_prefill(drafter, path: Path, mode: str, cores: int, timed, progress=Non
     ftype = file_type(path)
     if ftype in EIGHT_BITS_OR_MORE:
         return None, PrefillChoice("own", f"the draft itself: already {ftype}")
-    prefill = CopyPrefill(q8_copy(path, progress), drafter.n_ctx)
+    prefill = CopyPrefill(q8_copy(path, progress), drafter.n_ctx,
+                          attention=getattr(drafter, "attention", "flash"))
     if mode == "copy":
         return prefill, PrefillChoice("copy", "its Q8_0 copy (--draft-prefill copy)")
     times = timed(lambda: time_prefills(drafter, prefill, cores))
@@ -81,6 +84,19 @@ def pick_prefill(drafter, path: Path, mode: str, cores: int, timed, progress=Non
     prefill.close()
     return None, PrefillChoice("own", f"the draft itself: its Q8_0 copy prefilled only "
                                       f"{speedup:.2f}x as fast here")
+
+
+def choose_prefill(drafter, path: Path, mode: str, cores: int, remeasure: bool = False,
+                   say=None):
+    """The loader's choice: pick_prefill on the timing kept in draft_prefill.json (per
+    machine, draft as run, core count)."""
+    from models.fit.profiler import measured
+
+    def timed(measure):
+        return measured("draft_prefill.json", cache_key(drafter.name, cores), measure,
+                        remeasure, say,
+                        "timing the draft's prompt prefill (the file, its Q8_0 copy)")["value"]
+    return pick_prefill(drafter, path, mode, cores, timed, say)
 
 
 def cache_key(draft_name: str, cores: int) -> str:
