@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.engine import GenConfig
 from models.draft import attention
 from models.draft.attention import pick_attention, time_attention
 from models.draft.format import q8_copy
 from models.draft.llama import LlamaDrafter
 from models.draft.prefill import CopyPrefill
 from models.pairs.catalog import draft_path, get_pair
-from tests.test_draft_prefill import LONG, greedy
+from tests.test_draft_prefill import LONG, greedy, greedy_long
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +69,6 @@ def plain_draft(smol_pair, q4_path):
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
 def test_greedy_with_plain_attention_is_the_oracles(smol_pair, plain_draft, method):
-    from tests.conftest import vanilla_ids
-
-    ids = smol_pair.prompt_ids(LONG)
-    expected = vanilla_ids(smol_pair, ids, 24)
-    smol_pair.lookup_memory.clear()
-    events = list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=24,
-                                                    lookup="off", cache_prompt=False)))
-    assert [t for e in events for t in e.tokens] == expected
+    ids, events = greedy_long(smol_pair, method)
     assert plain_draft.prefill.copy.tokens[:len(ids) - 1] == ids[:-1]  # moved from the copy
     assert events[-1].stats["accepted"] > 0  # the moved cache drafts: tokens passed

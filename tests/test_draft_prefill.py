@@ -33,6 +33,20 @@ def greedy(drafter: LlamaDrafter, ids: list[int], n: int) -> list[int]:
     return out
 
 
+def greedy_long(pair, method: str) -> tuple[list[int], list]:
+    """LONG's 24 greedy tokens by `method` (cold, no lookup), asserted to be vanilla's; the
+    prompt's ids and the events."""
+    from tests.conftest import vanilla_ids
+
+    ids = pair.prompt_ids(LONG)
+    expected = vanilla_ids(pair, ids, 24)
+    pair.lookup_memory.clear()
+    events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=24, lookup="off",
+                                               cache_prompt=False)))
+    assert [t for e in events for t in e.tokens] == expected
+    return ids, events
+
+
 def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(q4_path):
     own = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
     moved = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
@@ -79,15 +93,8 @@ def test_auto_takes_the_copy_only_where_it_measured_faster(q4_path):
 def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method, monkeypatch):
     """The suite's timing says the copy is faster (tests/profiles.py), as on its machines:
     the default pair prefills long prompts on it, and the output is vanilla's."""
-    from tests.conftest import vanilla_ids
-
     assert smol_pair.prefill_choice.kind == "copy"
-    ids = smol_pair.prompt_ids(LONG)
-    expected = vanilla_ids(smol_pair, ids, 24)
-    smol_pair.lookup_memory.clear()
-    events = list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=24,
-                                                    lookup="off", cache_prompt=False)))
-    assert [t for e in events for t in e.tokens] == expected
+    ids, events = greedy_long(smol_pair, method)
     copied = smol_pair.drafter.prefill.copy.tokens  # duo: after the target's first token too
     assert copied[:len(ids) - 1] == ids[:-1] and len(copied) <= len(ids)  # the prompt
     stats = events[-1].stats
