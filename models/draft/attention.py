@@ -4,9 +4,10 @@ On one CPU thread llama.cpp's flash attention costs a decode about 21 us per tok
 a 2-core Intel Xeon VM (SmolLM2-135M Q4_1: 18 ms at 32 tokens, 30 ms at 512, 66 ms at 2000),
 the plain kernel about 5 us (20, 23, 30 ms): a chat's draft past its first few hundred
 tokens decodes a quarter to half faster without it. Short contexts favour flash attention
-slightly, and CPUs differ, so `auto` times a decode at PROBE_CONTEXT tokens with each, once per
-machine and draft file, and keeps the faster (flash on a tie). The output is the target's
-either way; the draft's proposals may shift a little (another summation order)."""
+slightly, and CPUs differ, so `auto` times a decode at PROBE_CONTEXT tokens with each, once
+per machine and draft file, and takes plain where it was FASTER (else flash, llama.cpp's
+own). The output is the target's either way; the draft's proposals may shift a little
+(another summation order)."""
 from __future__ import annotations
 
 import time
@@ -33,8 +34,8 @@ class AttentionChoice:
 
 
 def pick_attention(mode: str, timed) -> AttentionChoice:
-    """`flash` and `plain` as asked; `auto` the one `timed(measure)` (a cached measurement:
-    seconds per decode at PROBE_CONTEXT tokens, per kind) says decodes faster."""
+    """`flash` and `plain` as asked; `auto` plain where `timed()` (a cached measurement:
+    seconds per decode at PROBE_CONTEXT tokens, per kind) says it decodes FASTER."""
     if mode not in MODES:
         raise ValueError(f"unknown draft attention '{mode}'; known: {', '.join(MODES)}")
     if mode != "auto":
