@@ -1,5 +1,7 @@
 """The draft's decode time per attention kernel and tokens held (docs/draft.md's table): the
-shipped SmolLM2 Q4_1 draft on one thread, 24 decodes after a prefill of N random tokens."""
+shipped SmolLM2 Q4_1 draft on one thread, 24 decodes after a prefill of N random tokens. (Not
+named kernels.py: transformers imports a module of that name where it finds one, for the Hub's
+kernels package, and a script's folder is on the path.)"""
 import os
 import sys
 import time
