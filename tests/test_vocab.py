@@ -30,13 +30,13 @@ def real(tmp_path_factory):
     """(tokenizer, drafter, vocab, cache dir): built once into a fresh cache directory."""
     from transformers import AutoTokenizer
 
-    from models.pairs.catalog import draft_path, get_pair, target_source
-    from models.pairs.convert import converted_dir
+    from models.pairs.catalog import draft_path, get_pair
+    from tests.cut_target import source
     from models.draft.llama import LlamaDrafter
     from models.pairs.vocab_build import build_vocab
 
     spec = get_pair("gemma-smol")
-    tok = AutoTokenizer.from_pretrained(str(converted_dir(target_source(spec)[1])))
+    tok = AutoTokenizer.from_pretrained(str(source("gemma-smol")))
     drafter = LlamaDrafter(draft_path(spec), n_ctx=512)
     cache = tmp_path_factory.mktemp("duo-cache")
     old = os.environ.get("DUO_CACHE_DIR")
@@ -344,15 +344,13 @@ def test_same_vocabulary_from_hf_and_llama_cpp_is_identity(real, tmp_path, monke
     alike: the analysis says identity."""
     from transformers import AutoTokenizer
 
-    from models.pairs.catalog import get_pair, target_source
-    from models.pairs.convert import converted_dir
     from models.pairs.vocab_build import build_vocab, hf_side, llama_side
+    from tests.cut_target import source
 
     _, drafter, _, _ = real
     with monkeypatch.context() as m:  # SmolLM2 converted once, in the suite's cache (in
         m.setenv("DUO_CACHE_DIR", os.environ["DUO_SUITE_CACHE"])  # `real`'s fresh one: 20 s)
-        smol = AutoTokenizer.from_pretrained(
-            str(converted_dir(target_source(get_pair("smol-self"))[1])))
+        smol = AutoTokenizer.from_pretrained(str(source("smol-self")))
     assert hf_side(smol, 49152, {2}).pieces == llama_side(drafter).pieces
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     assert isinstance(build_vocab(drafter, smol, 49152, {2}), IdentityVocab)

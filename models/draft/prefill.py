@@ -72,8 +72,7 @@ def pick_prefill(drafter, path: Path, mode: str, cores: int, timed, progress=Non
     ftype = file_type(path)
     if ftype in EIGHT_BITS_OR_MORE:
         return None, PrefillChoice("own", f"the draft itself: already {ftype}")
-    prefill = CopyPrefill(q8_copy(path, progress), drafter.n_ctx,
-                          attention=getattr(drafter, "attention", "flash"))
+    prefill = CopyPrefill(q8_copy(path, progress), drafter.n_ctx, attention=drafter.attention)
     if mode == "copy":
         return prefill, PrefillChoice("copy", "its Q8_0 copy (--draft-prefill copy)")
     times = timed(lambda: time_prefills(drafter, prefill, cores))

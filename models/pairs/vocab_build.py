@@ -4,7 +4,6 @@ tokens, whether the pair can work), cached on disk per file pair. core/align.py 
 from __future__ import annotations
 
 import copy
-
 import hashlib
 import json
 import logging
