@@ -40,11 +40,14 @@ class LookupPolicy:
     def extend(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
 
-    def pick(self, run, budget: DraftBudget, model: Draft, beside: bool) -> Pick:
+    def pick(self, run, budget: DraftBudget, model: Draft, beside: bool,
+             solo: bool = True) -> Pick:
         """The best of: `model` (the chunk drafted last round, or no draft), the lookup's
         continuation of the context, and `model` extended by the lookup's continuation of
         context + model. `beside`: the worker drafts the next chunk during this verify (the
-        chunk is used when every token passes)."""
+        chunk is used when every token passes). `solo` False: the worker is busy, so no round
+        on every core."""
+        solo = solo and budget.solo
         room = run.draft_room(LOOKUP_MAX)
         alone = self.proposal(run, [], room)
         fused = self.proposal(run, model.tokens, room - len(model)) if len(model) else Lookup()
@@ -54,16 +57,16 @@ class LookupPolicy:
         if self.mode == "on":
             found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
             return Pick(base.plus(found, self.sampled), source, True,
-                        budget.solo and not beside)  # the worker is idle: the solo count
+                        solo and not beside)  # the worker is idle: the solo count
         model_p, miss = [budget.alpha] * len(model), _miss_s(budget)
         options = []
         for found, base, source, prior in ((alone, Draft(), "lookup", []),
                                            (fused, model, "fused", model_p)):
-            for solo in (False, True) if budget.solo else (False,):
+            for alone in (False, True) if solo else (False,):
                 if found:
-                    rate, n = self._best_length(budget, prior, found, beside, miss, solo)
+                    rate, n = self._best_length(budget, prior, found, beside, miss, alone)
                     draft = base.plus(found.cut(n), self.sampled)
-                    options.append((rate, Pick(draft, source, True, solo)))
+                    options.append((rate, Pick(draft, source, True, alone)))
         best = max(options, key=lambda o: o[0])
         if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
             self.lost = 0

@@ -2,6 +2,7 @@
 the prefills, the policies a `duo` round consults, and the draft worker's end."""
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -13,16 +14,19 @@ from core.output import Event
 from core.predraft import PredraftPolicy
 from core.scheduler import DraftWorker
 
+CAUGHT_UP = 8  # tokens the draft may be behind when duo's rounds start (the first chunk syncs them)
+
 
 def flat_profile() -> Profile:
     """Used when nothing was measured: verification cost grows slowly with length."""
     return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
 
 
-def plain_round(run, budget: DraftBudget, start: float) -> Event:
-    """One round with the worker idle: the lookup's continuation when it pays (run.lookup),
-    else one target token, no draft (the budget fell back to plain decoding)."""
-    pick = run.lookup.pick(run, budget, Draft(), beside=False) if run.lookup else None
+def plain_round(run, budget: DraftBudget, start: float, solo: bool = True) -> Event:
+    """One round without the model's draft: the lookup's continuation when it pays
+    (run.lookup), else one target token (the budget fell back to plain decoding, or the draft
+    is prefilling). `solo` False: the worker is busy (no round on every core)."""
+    pick = run.lookup.pick(run, budget, Draft(), beside=False, solo=solo) if run.lookup else None
     return round_alone(run, budget, start, pick or Pick(Draft(), "plain"))
 
 
@@ -96,9 +100,31 @@ def prefill_alone(run, budget: DraftBudget) -> Event:
     return run.commit(Draft(), verdict)
 
 
+def prefill_beside(run, worker: DraftWorker, budget: DraftBudget) -> Iterator[Event]:
+    """The draft's prompt prefill on its own thread(s) while the target goes on at its own
+    count, a round at a time (the lookup's, or one token), then its catch-up with what the
+    target wrote meanwhile, until it is at most CAUGHT_UP tokens behind (the next chunk's
+    job syncs those); returns whether a round ended the generation. A copying answer gets on
+    without waiting for the draft."""
+    while True:
+        sent = len(run.ctx)
+        job = worker.submit(run.ctx, 0)
+        try:
+            while not job.done():
+                ev = plain_round(run, budget, time.perf_counter(), solo=False)
+                yield ev
+                if ev.done:
+                    return True
+        finally:  # done, or closed at the event that ended it: the prefill is not wanted
+            if not job.done():
+                job.cancel()
+        run.telemetry.draft_prefill(job.result().timing)
+        if worker.failed or len(run.ctx) - sent <= CAUGHT_UP:
+            return False
+
+
 def prefill_draft(run, drafter: Drafter, worker: DraftWorker) -> None:
-    """The draft's prompt prefill with all cores too (a long prompt at one thread would
-    leave the target decoding alone, token by token, for seconds)."""
+    """`sps`'s draft prompt prefill, with all cores (the draft and the target take turns)."""
     with threads(drafter, run.cfg.prefill_threads):
         done = worker.submit(run.ctx, 0).result()
     run.telemetry.draft_prefill(done.timing)

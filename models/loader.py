@@ -169,7 +169,11 @@ class Pair:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
-        self.profile.solo_verify_s, self.profile.solo_threads = self._solo(method, threads, again)
+        solo, solo_threads = self._solo(method, threads, again)  # then both priced as run:
+        self.profile.verify_s = self.target.pad_chunks(self.profile.verify_s, threads.target)
+        if solo:
+            solo = self.target.pad_chunks(solo, solo_threads)
+        self.profile.solo_verify_s, self.profile.solo_threads = solo, solo_threads
         self._remeasured.add(split)  # --remeasure: once per thread split, not every call
         return self.profile
 

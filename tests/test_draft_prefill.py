@@ -3,12 +3,14 @@ the draft holds the prompt, the draft proposes from it much as from its own pref
 choice follows the timing, and the output stays the target's (greedy, against the oracle)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from core.engine import GenConfig
 from models.draft.format import q8_copy
-from models.draft.llama import LlamaDrafter, common_prefix
+from models.draft.llama import STOPPABLE, LlamaDrafter, common_prefix
 from models.draft.prefill import MIN_TOKENS, CopyPrefill, pick_prefill
 from models.pairs.catalog import draft_path, get_pair
 
@@ -68,6 +70,31 @@ def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(q4_path):
         moved.close()
 
 
+def test_a_stoppable_prefill_ends_between_batches_with_a_prefix_cached(q4_path):
+    """A job that may be stopped (core/rounds.prefill_beside: a short answer may end before
+    the draft's prefill) evaluates a long context in STOPPABLE-token batches on one thread:
+    unstopped, the next token is the one-batch prefill's; stopped after a batch, no logits,
+    and the cache holds that batch; on the copy, the draft's cache is left as it was."""
+    stop = threading.Event()
+    d = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
+    copying = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
+    copying.prefill = CopyPrefill(q8_copy(q4_path), 1024)
+    try:
+        ids = d.tokenize(LONG)
+        assert len(ids) > STOPPABLE + 1
+        whole = d._sync(ids)
+        d.rollback(0)
+        assert np.argmax(d._sync(ids, stop)) == np.argmax(whole)
+        d.rollback(0)
+        run = d._run
+        d._run = lambda: (run(), stop.set())  # stopped once the first batch is in
+        assert d._sync(ids, stop) is None and d.tokens == ids[:STOPPABLE]
+        assert copying._sync(ids, stop) is None and copying.tokens == []
+    finally:
+        d.close()
+        copying.close()
+
+
 def test_auto_takes_the_copy_only_where_it_measured_faster(q4_path):
     drafter = LlamaDrafter(q4_path, n_threads=1, n_ctx=512)
     try:
@@ -101,8 +128,8 @@ def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method, monkeypa
     assert stats["draft_prefill"]["kind"] == "copy" and stats["accepted"] > 0
     copy, evaluated = smol_pair.drafter.prefill.copy, []
     sync = copy._sync
-    monkeypatch.setattr(copy, "_sync", lambda got: evaluated.append(
-        len(got) - common_prefix(copy.tokens, got)) or sync(got))
+    monkeypatch.setattr(copy, "_sync", lambda got, stop=None: evaluated.append(
+        len(got) - common_prefix(copy.tokens, got)) or sync(got, stop))
     list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=2, lookup="off",
                                            cache_prompt=False)))
     assert evaluated and evaluated[0] >= len(ids) - 1  # cold: the whole prompt (duo: + 1)

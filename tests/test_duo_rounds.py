@@ -247,17 +247,68 @@ def test_stop_request_ends_with_stats(method):
     assert len(events) == 3 and not last.tokens  # two rounds, then the closing event
 
 
-def test_cpu_prefills_use_every_core_then_hand_them_back():
-    """On a CPU-only machine duo prefills the target, then the draft, each with all cores,
-    and only then overlaps them at one thread each; the output stays the oracle's."""
-    target, drafter = FakeTarget(chain()), FakeDrafter(chain())
+class HeldPrefill(FakeDrafter):
+    """Its prompt prefill (the first proposal) is held until the target has run `release`
+    forwards, or until its job is stopped (`release` None); `stopped` says which."""
+
+    def __init__(self, Q, target: FakeTarget, release: int | None):
+        super().__init__(Q)
+        self.target, self.release, self.stopped = target, release, False
+
+    def propose(self, context, n, sampling, draws, stop=None, **kw):
+        if not self.calls:
+            for _ in range(1000):  # 10 s at most: a stuck test fails, it does not hang
+                if stop.is_set() or (self.release and self.target.forwards >= self.release):
+                    break
+                stop.wait(0.01)
+            self.stopped = stop.is_set()
+        return super().propose(context, n, sampling, draws, stop, **kw)
+
+
+def test_the_target_goes_on_while_the_draft_prefills_then_it_catches_up(monkeypatch):
+    """On a CPU-only machine duo prefills the target with all cores, then the draft prefills
+    at its own count while the target goes on, a round at a time; a draft more than
+    CAUGHT_UP tokens behind then catches up, and only then does duo draft; the output stays
+    the oracle's. (Past its release forward the target waits for the prefill's job and the
+    catch-up's: no clock decides.)"""
+    from core.rounds import CAUGHT_UP
+    from core.scheduler import DraftWorker
+
+    release, jobs = CAUGHT_UP + 4, []
+    submit = DraftWorker.submit
+
+    def submitted(worker, *a, **k):
+        jobs.append(submit(worker, *a, **k))
+        return jobs[-1]
+    monkeypatch.setattr(DraftWorker, "submit", submitted)
+    target = FakeTarget(chain())
+    forward = target.logits
+
+    def logits(tokens, n_rows):  # past the release, the prefill and its catch-up end first
+        if target.forwards > release and len(jobs) <= 2:
+            jobs[-1].result()
+        return forward(tokens, n_rows)
+    target.logits = logits
+    drafter = HeldPrefill(chain(), target, release)
     target.set_threads(1), drafter.set_threads(1)
-    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2)
-    assert tokens == vanilla()
-    assert target.thread_log[1:] == [2, 1] and drafter.thread_log[1:] == [2, 1]
-    assert drafter.calls[0] == (len(PROMPT) + 1, 0)  # the draft's prefill: no drafting yet
-    first = stats["rounds_log"][1]
-    assert first["drafted"] == 0 and first["draft_span"][1] > first["draft_span"][0]
+    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2, max_new_tokens=40,
+                           lookup="off", gamma=3)  # the fake's instant forwards: never plain
+    assert tokens == vanilla(max_new_tokens=40)
+    assert target.thread_log[1:] == [2, 1] and drafter.thread_log[1:] == []
+    first, again = drafter.calls[:2]
+    assert first == (len(PROMPT) + 1, 0)  # the prefill, after the target's first token
+    assert again[1] == 0 and again[0] > first[0] + CAUGHT_UP  # the catch-up: no drafting yet
+    assert drafter.calls[2][1] > 0 and not drafter.stopped
+    plain = stats["rounds_log"][1:CAUGHT_UP + 2]  # the target's own tokens meanwhile
+    assert all(r["source"] == "plain" and r["verify_span"][1] > 0 for r in plain)
+
+
+def test_a_short_answer_stops_the_draft_prefill_it_no_longer_needs():
+    target = FakeTarget(chain())
+    drafter = HeldPrefill(chain(), target, release=None)
+    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2, max_new_tokens=5)
+    assert tokens == vanilla(max_new_tokens=5) and stats["stop_reason"] == "max_new_tokens"
+    assert drafter.stopped and len(drafter.calls) == 1
 
 
 def test_sps_prefills_the_draft_with_every_core():

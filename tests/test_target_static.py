@@ -5,6 +5,8 @@ numpy one. The paths run smol-self's and gemma-smol's targets cut to a few layer
 (tests/cut_target.py); the full default pair's path: tests/test_defaults.py."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 import torch
@@ -306,3 +308,41 @@ def test_grammar_biases_and_penalties_on_the_compiled_target(cut, compiled):
         assert got == want, f"{method} on the compiled target, {prompt!r}"
         refused += stats["drafted"] - stats["accepted"]
     assert refused > 0
+
+
+def test_pad_plan_takes_a_longer_chunk_only_where_it_verifies_faster():
+    from models.target.padding import pad_plan, padded_curve
+
+    curve = [1.0] * 8 + [1.15, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.1, 1.12, 1.3]  # 9-15 dearer than 16
+    plan = pad_plan(curve, range(9, 19))
+    assert plan == {n: 16 for n in range(10, 16)}  # 9 (1.15 against 1.1): within the margin
+    assert padded_curve(curve, plan)[12] == 1.1 and pad_plan(sorted(curve), range(9, 19)) == {}
+
+
+def test_compiled_target_pads_the_lengths_its_profile_prices_higher(compiled, oracle,
+                                                                     monkeypatch):
+    """Where the profile prices chunks of 9-15 tokens above 16, the compiled CPU target runs
+    them padded to 16 (profiles are timed at exact lengths), the budget prices them so, and
+    greedy duo still equals the eager vanilla."""
+    import models.target.static as static
+
+    target = compiled.target
+    monkeypatch.setattr(static, "pad_plan", lambda curve, lengths: {n: 16 for n in range(9, 16)})
+    try:
+        profile = compiled.ensure_profile("duo")
+        assert target._size(12) == 16 and profile.verify(12) == profile.verify(16)
+        with target.exact():
+            assert target._size(12) == 12
+        rows = []  # a 12-token chunk after a prompt: padded, then at its own length
+        for block in (nullcontext, target.exact):
+            with block():
+                target.rollback(0)
+                target.logits(compiled.prompt_ids(PROMPTS[0]), 1)
+                rows.append(target.logits([5] * 12, 12).cpu().numpy())
+        assert_same_logits(rows[:1], rows[1:])
+        got, stats = run(compiled, compiled.prompt_ids(GREEDY[0]), method="duo", gamma=11,
+                         multi_seq=False)
+        assert got == oracle[GREEDY[0]] and stats["drafted"] > stats["accepted"]
+    finally:
+        target.padding.clear()
+        target.rollback(0)

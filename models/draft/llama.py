@@ -25,6 +25,11 @@ route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to
 # llama.cpp's flash_attn_type per attention kernel (models/draft/attention.py): -1 (its auto:
 # flash attention where it supports the model, its default), 0 (off: the plain kernel)
 FLASH_ATTN_TYPE = {"flash": -1, "plain": 0}
+# a job that may be stopped, on one thread, evaluates a long context in batches this long, so a
+# prefill the generation no longer needs (a short answer done first: core/rounds.py) ends
+# within one. One thread loses nothing to them (420 tokens, the Q8_0 copy: 1.45 s against
+# 1.43 in one batch, 2-core Intel Xeon); two threads lose 41% (1.16 s against 0.82)
+STOPPABLE = 64
 
 
 class LlamaDrafter(Branches):
@@ -79,7 +84,9 @@ class LlamaDrafter(Branches):
         mask = self.vocab.draft_mask(sampling.greedy)
         n = max(0, min(n, self.n_ctx - len(ids) - 1))
         t0 = time.perf_counter()
-        logits = self._sync(ids)
+        logits = self._sync(ids, stop)
+        if logits is None:  # stopped while it caught up: the job is not wanted
+            return Proposal()
         sync_s = time.perf_counter() - t0
 
         adjust = adjust if self.vocab.same else None
@@ -196,9 +203,10 @@ class LlamaDrafter(Branches):
         q = logits_to_probs(logits, sampling)
         return draws.draw(q, pos), q
 
-    def _sync(self, ids: list[int]) -> np.ndarray:
+    def _sync(self, ids: list[int], stop: threading.Event | None = None) -> np.ndarray | None:
         """Keep the longest common prefix in the KV cache, evaluate the rest, return the
-        logits after the last id."""
+        logits after the last id; None when `stop` is set before the end (the cache then
+        holds a prefix of `ids`), checked between batches (STOPPABLE tokens on one thread)."""
         if not ids:
             raise ValueError("the draft needs a non-empty context")
         if self.branches:
@@ -207,10 +215,13 @@ class LlamaDrafter(Branches):
         self.rollback(min(lcp, len(ids) - 1))
         rest = ids[len(self.tokens):]
         if self.prefill is not None and len(rest) > self.prefill.min_tokens:  # all but the last
-            self.prefill.fill(self, ids[:-1])
+            self.prefill.fill(self, ids[:-1], stop)
             rest = ids[len(self.tokens):]
-        for start in range(0, len(rest), self.n_batch):
-            chunk = rest[start:start + self.n_batch]
+        size = min(self.n_batch, STOPPABLE) if stop is not None and self.n_threads == 1 else self.n_batch
+        for start in range(0, len(rest), size):
+            if stop is not None and stop.is_set():
+                return None
+            chunk = rest[start:start + size]
             self._fill([(t, 0) for t in chunk], last_only=True)
             self._run()
             self.tokens.extend(chunk)

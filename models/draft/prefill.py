@@ -31,11 +31,12 @@ class CopyPrefill:
         self.copy = LlamaDrafter(path, n_threads=n_threads, n_ctx=n_ctx, max_seqs=1,
                                  attention=attention)
 
-    def fill(self, drafter, ids: list[int]) -> bool:
+    def fill(self, drafter, ids: list[int], stop=None) -> bool:
         """Evaluate `ids` (draft ids) on the copy and move its cache into `drafter`'s
-        sequence 0, which then holds `ids`; False (the drafter's cache left empty) when
-        llama.cpp refuses the move."""
-        self.copy._sync(ids)
+        sequence 0, which then holds `ids`; False when llama.cpp refuses the move (the
+        drafter's cache left empty) or `stop` was set first (left as it was)."""
+        if self.copy._sync(ids, stop) is None:
+            return False
         state = self.copy._state()
         C.llama_memory_clear(drafter.ctx.memory, True)
         drafter.tokens, drafter.branches, drafter.branch_base = [], {}, {}

@@ -202,7 +202,8 @@ def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
     probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}
     probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
                for n in range(1, verify_n + 1)}
-    with drafter.preserved(), target.preserved(context_len + verify_n):  # a chat's caches
+    # a chat's caches kept; every verify at its own length (the target pads from these times)
+    with drafter.preserved(), target.preserved(context_len + verify_n), target.exact():
         target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
         best = interleaved(probes, rounds)
     steps = {1: best["draft"]} | {k: best[k] for k in range(2, seqs + 1)}

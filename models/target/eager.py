@@ -115,6 +115,16 @@ class TorchTarget:
         finally:
             self.cache, self.cached_ids = saved
 
+    def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
+        """The verify curve as this target runs it at `threads`: as measured (this path runs
+        every chunk at its own length; the static one may pad some: models/target/static.py)."""
+        return verify_s
+
+    @contextmanager
+    def exact(self):
+        """Every chunk at its own length in the block (a profile times those)."""
+        yield
+
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
         for layer in cache.layers:  # sliding-window layers must keep what a rollback needs

@@ -22,6 +22,7 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.target import flex
+from models.target.padding import pad_plan, padded_curve
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
@@ -33,7 +34,9 @@ from models.target.eager import TorchTarget, _check_chunk
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
 # CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
 # the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
-# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4
+# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4. Where the measured
+# profile prices a longer chunk lower (the 2-core Intel Xeon: 13 tokens 155 ms, 16 tokens
+# 115), the longer ones are padded to it too (pad_chunks).
 EXACT_FROM = 8
 
 
@@ -62,6 +65,7 @@ class StaticTarget(TorchTarget):
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
                                 None)
         self.cache = None
+        self.padding: dict[int, dict[int, int]] = {}  # CPU threads -> {length: padded length}
         self._allocate()
         self._step = _compiled(self._decode, cuda, quant) if compile else self._decode
         if compile:
@@ -108,6 +112,25 @@ class StaticTarget(TorchTarget):
             for buf, part in zip(self._kv, saved):
                 buf[:, :, :n].copy_(part)
             self.cached_ids = ids
+
+    def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
+        """Chunks past EXACT_FROM that `verify_s` (this target's profile at `threads`, timed
+        at exact lengths) prices higher than a longer one are padded to it from now on, at
+        that thread count (core/budget.pad_plan); returns the curve as they now run. On cuda
+        every chunk is padded to a bucket already."""
+        if not self._exact:
+            return verify_s
+        plan = pad_plan(verify_s, range(EXACT_FROM + 1, self.buckets[-1] + 1))
+        self.padding[self.fixed_threads or threads] = plan
+        return padded_curve(verify_s, plan)
+
+    @contextmanager
+    def exact(self):
+        saved, self.padding = self.padding, {}
+        try:
+            yield
+        finally:
+            self.padding = saved
 
     # -- the verbs --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -183,10 +206,10 @@ class StaticTarget(TorchTarget):
 
     def _size(self, n: int) -> int:
         """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
-        EXACT_FROM (the cost follows the tokens); else the bucket that holds it (a CUDA graph
-        is recorded per length)."""
+        EXACT_FROM (the cost follows the tokens) or the one pad_chunks measured cheaper; else
+        the bucket that holds it (a CUDA graph is recorded per length)."""
         if self._exact and n > EXACT_FROM:
-            return n
+            return self.padding.get(self.fixed_threads or torch.get_num_threads(), {}).get(n, n)
         return next(b for b in self.buckets if b >= n)
 
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
