@@ -49,50 +49,48 @@ def greedy_long(pair, method: str) -> tuple[list[int], list]:
     return ids, events
 
 
-def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(q4_path):
+@pytest.fixture
+def drafters(q4_path):
+    """The draft prefilling itself, and the draft prefilling on its Q8_0 copy."""
     own = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
     moved = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
     moved.prefill = CopyPrefill(q8_copy(q4_path), 1024)
-    try:
-        ids = own.tokenize(LONG)
-        assert len(ids) > MIN_TOKENS + 1
-        ref, got = greedy(own, ids, 16), greedy(moved, ids, 16)
-        assert moved.prefill.copy.tokens == ids[:-1]  # the copy evaluated the prompt
-        assert moved.tokens[:len(ids)] == ids  # the draft holds it, then its own drafts
-        assert sum(a == b for a, b in zip(ref, got)) >= 12, (ref, got)
-        moved.rollback(len(ids) - 3)  # a short catch-up stays on the draft itself
-        greedy(moved, ids, 1)
-        assert moved.prefill.copy.tokens == ids[:-1]
-        moved.rollback(0)  # forgotten: a cold run prefills on the copy again
-        assert moved.tokens == [] and moved.prefill.copy.tokens == []
-    finally:
-        own.close()
-        moved.close()
+    yield own, moved
+    own.close()
+    moved.close()
 
 
-def test_a_stoppable_prefill_ends_between_batches_with_a_prefix_cached(q4_path):
+def test_the_copys_cache_moved_into_the_draft_drafts_as_its_own(drafters):
+    own, moved = drafters
+    ids = own.tokenize(LONG)
+    assert len(ids) > MIN_TOKENS + 1
+    ref, got = greedy(own, ids, 16), greedy(moved, ids, 16)
+    assert moved.prefill.copy.tokens == ids[:-1]  # the copy evaluated the prompt
+    assert moved.tokens[:len(ids)] == ids  # the draft holds it, then its own drafts
+    assert sum(a == b for a, b in zip(ref, got)) >= 12, (ref, got)
+    moved.rollback(len(ids) - 3)  # a short catch-up stays on the draft itself
+    greedy(moved, ids, 1)
+    assert moved.prefill.copy.tokens == ids[:-1]
+    moved.rollback(0)  # forgotten: a cold run prefills on the copy again
+    assert moved.tokens == [] and moved.prefill.copy.tokens == []
+
+
+def test_a_stoppable_prefill_ends_between_batches_with_a_prefix_cached(drafters):
     """A job that may be stopped (core/rounds.prefill_beside: a short answer may end before
     the draft's prefill) evaluates a long context in STOPPABLE-token batches on one thread:
     unstopped, the next token is the one-batch prefill's; stopped after a batch, no logits,
     and the cache holds that batch; on the copy, the draft's cache is left as it was."""
-    stop = threading.Event()
-    d = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
-    copying = LlamaDrafter(q4_path, n_threads=1, n_ctx=1024)
-    copying.prefill = CopyPrefill(q8_copy(q4_path), 1024)
-    try:
-        ids = d.tokenize(LONG)
-        assert len(ids) > STOPPABLE + 1
-        whole = d._sync(ids)
-        d.rollback(0)
-        assert np.argmax(d._sync(ids, stop)) == np.argmax(whole)
-        d.rollback(0)
-        run = d._run
-        d._run = lambda: (run(), stop.set())  # stopped once the first batch is in
-        assert d._sync(ids, stop) is None and d.tokens == ids[:STOPPABLE]
-        assert copying._sync(ids, stop) is None and copying.tokens == []
-    finally:
-        d.close()
-        copying.close()
+    (d, copying), stop = drafters, threading.Event()
+    ids = d.tokenize(LONG)
+    assert len(ids) > STOPPABLE + 1
+    whole = d._sync(ids)
+    d.rollback(0)
+    assert np.argmax(d._sync(ids, stop)) == np.argmax(whole)
+    d.rollback(0)
+    run = d._run
+    d._run = lambda: (run(), stop.set())  # stopped once the first batch is in
+    assert d._sync(ids, stop) is None and d.tokens == ids[:STOPPABLE]
+    assert copying._sync(ids, stop) is None and copying.tokens == []
 
 
 def test_auto_takes_the_copy_only_where_it_measured_faster(q4_path):

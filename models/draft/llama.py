@@ -217,7 +217,8 @@ class LlamaDrafter(Branches):
         if self.prefill is not None and len(rest) > self.prefill.min_tokens:  # all but the last
             self.prefill.fill(self, ids[:-1], stop)
             rest = ids[len(self.tokens):]
-        size = min(self.n_batch, STOPPABLE) if stop is not None and self.n_threads == 1 else self.n_batch
+        stoppable = stop is not None and self.n_threads == 1
+        size = min(self.n_batch, STOPPABLE) if stoppable else self.n_batch
         for start in range(0, len(rest), size):
             if stop is not None and stop.is_set():
                 return None

@@ -116,7 +116,7 @@ class StaticTarget(TorchTarget):
     def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
         """Chunks past EXACT_FROM that `verify_s` (this target's profile at `threads`, timed
         at exact lengths) prices higher than a longer one are padded to it from now on, at
-        that thread count (core/budget.pad_plan); returns the curve as they now run. On cuda
+        that thread count (models/target/padding.py); returns the curve as they now run. On cuda
         every chunk is padded to a bucket already."""
         if not self._exact:
             return verify_s
