@@ -110,14 +110,15 @@ def prefill_beside(run, worker: DraftWorker, budget: DraftBudget) -> Iterator[Ev
         sent = len(run.ctx)
         job = worker.submit(run.ctx, 0)
         try:
-            while not job.done():
+            while not (job.done() or job.late()):  # a hung draft: the target goes on alone
                 ev = plain_round(run, budget, time.perf_counter(), solo=False)
                 yield ev
                 if ev.done:
                     return True
-        finally:  # done, or closed at the event that ended it: the prefill is not wanted
-            if not job.done():
+        finally:  # closed at the event that ended it: the prefill is not wanted; it ends
+            if not job.done():  # within a batch, or by its timeout it is a hung draft
                 job.cancel()
+                job.result()
         run.telemetry.draft_prefill(job.result().timing)
         if worker.failed or len(run.ctx) - sent <= CAUGHT_UP:
             return False

@@ -48,6 +48,7 @@ class DraftJob:
         self._future, self._stop, self._worker = future, stop, worker
         self._timeout_s = timeout_s
         self._drafted: Drafted | None = None
+        self._since = time.perf_counter()
 
     def result(self) -> Drafted:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
@@ -55,6 +56,17 @@ class DraftJob:
         if self._drafted is None:
             self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
         return self._drafted
+
+    def late(self) -> bool:
+        """Still running past its timeout (counted from its submission): then it is
+        collected now as the failure `result` would find (a job no one waits on, like a
+        prefill beside the target's rounds)."""
+        if self._drafted is not None or self._timeout_s is None or self._future.done():
+            return False
+        if time.perf_counter() - self._since < self._timeout_s:
+            return False
+        self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s, wait=0)
+        return True
 
     def cancel(self) -> None:
         """The chunk is not wanted: stop after the current token."""
@@ -154,11 +166,11 @@ class DraftWorker:
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
-    def collect(self, future: Future, stop: threading.Event,
-                timeout_s: float | None) -> Drafted:
-        """Wait for a job, at most timeout_s."""
+    def collect(self, future: Future, stop: threading.Event, timeout_s: float | None,
+                wait: float | None = None) -> Drafted:
+        """Wait for a job, at most timeout_s (or `wait`, the time it has left)."""
         try:
-            return future.result(timeout=timeout_s)
+            return future.result(timeout=timeout_s if wait is None else wait)
         except FutureTimeout:
             stop.set()
             self._hung = future

@@ -118,6 +118,20 @@ def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, seq
     assert last.stats["drafted"] > 0
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_a_hung_prefill_beside_the_target_times_out(delay):
+    """duo's draft prefill beside the target (a CPU-only machine's) hangs: the target goes
+    on alone, warned, and the generation ends without waiting for the draft, whether it
+    ends before the timeout (0.0: instant forwards) or the timeout comes while the target
+    writes (0.05 s a forward: 20 forwards, 1 s)."""
+    drafter = FaultyDrafter(hang_at=1)
+    got, last = run("duo", drafter, target=FakeTarget(chain(), delay=(delay, 0.0)), gamma=3,
+                    prefill_threads=2, draft_timeout_s=0.3)
+    assert got == VANILLA and not drafter.hang_over
+    assert any("no answer within 0.3" in w for w in last.stats["warnings"])
+    drafter.release.set()
+
+
 def test_sps_stops_a_hung_inline_draft_and_drafts_afresh_next_time():
     """sps drafts on its own thread: the watchdog stops the draft at its next token."""
     drafter, learned = FaultyDrafter(hang_at=2, stoppable=True), Learned()
