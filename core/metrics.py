@@ -46,7 +46,7 @@ class GenerationStats:
     seq_confusion: dict = field(default_factory=dict)
     vocab: dict = field(default_factory=dict)
     stop_reason: str = ""
-    plain_rounds: int = 0  # rounds without the model's draft: the budget said it cannot pay
+    plain_rounds: int = 0  # rounds without the model's draft: it cannot pay, or it prefills
     # (a lookup may still have drafted: rounds_log's source)
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV the target kept from the last generation

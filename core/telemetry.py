@@ -107,7 +107,8 @@ class Telemetry:
             self._rejected_at = vspan[1]
 
     def plain_round(self, budget: DraftBudget, start: float, vspan) -> None:
-        """One target token, no draft (the budget fell back to plain decoding)."""
+        """One target token, no draft (the budget fell back to plain decoding, or the draft is
+        prefilling beside the target)."""
         self.stats.plain_rounds += 1
         self.observe(budget, self.round(start, (start, start), vspan, 0, 0), 0, 0, None)
 
