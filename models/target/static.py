@@ -121,8 +121,12 @@ class StaticTarget(TorchTarget):
         if not self._exact:
             return verify_s
         plan = pad_plan(verify_s, range(EXACT_FROM + 1, self.buckets[-1] + 1))
-        self.padding[self.fixed_threads or threads] = plan
+        self.padding[self._threads(threads)] = plan
         return padded_curve(verify_s, plan)
+
+    def _threads(self, n: int | None = None) -> int:
+        """The CPU threads a forward runs at: a compiled target's own, else `n` or torch's."""
+        return self.fixed_threads or n or torch.get_num_threads()
 
     @contextmanager
     def exact(self):
@@ -209,7 +213,7 @@ class StaticTarget(TorchTarget):
         EXACT_FROM (the cost follows the tokens) or the one pad_chunks measured cheaper; else
         the bucket that holds it (a CUDA graph is recorded per length)."""
         if self._exact and n > EXACT_FROM:
-            return self.padding.get(self.fixed_threads or torch.get_num_threads(), {}).get(n, n)
+            return self.padding.get(self._threads(), {}).get(n, n)
         return next(b for b in self.buckets if b >= n)
 
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
