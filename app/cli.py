@@ -11,7 +11,7 @@ import sys
 from core.config import LOOKUP_CHOICES
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
-from models.target.choice import COMPILE_CHOICES, QUANT_CHOICES, check_ctx_size
+from models.target.choice import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES, check_ctx_size
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -57,6 +57,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "(auto: the model's own weights unless memory forces int8 or int4, on "
                         "cuda and the CPU; int8 and int4 run faster or smaller but change the "
                         "answers; default from DUO_TARGET_QUANT)")
+    p.add_argument("--target-pack", default=os.environ.get("DUO_TARGET_PACK", "auto"),
+                   help="auto, on, off: a float32 CPU target's multi-row products on a packed "
+                        "copy of its weights (oneDNN; verify chunks run up to 2x faster, the "
+                        "weights take twice the RAM; auto: where the copy fits; default from "
+                        "DUO_TARGET_PACK)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context window in target tokens (default: min(trained window, "
                         "8192), shrunk to what fits); the draft's is sized from it")
@@ -79,7 +84,8 @@ def load_options(args):
                                ("--draft-prefill", args.draft_prefill, DRAFT_PREFILLS),
                                ("--draft-attention", args.draft_attention, DRAFT_ATTENTIONS),
                                ("--target-compile", args.target_compile, COMPILE_CHOICES),
-                               ("--target-quant", args.target_quant, QUANT_CHOICES)):
+                               ("--target-quant", args.target_quant, QUANT_CHOICES),
+                               ("--target-pack", args.target_pack, PACK_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     if args.ctx_size is not None:
@@ -90,7 +96,8 @@ def load_options(args):
                        draft_format=args.draft_format, draft_prefill=args.draft_prefill,
                        draft_attention=args.draft_attention,
                        target_compile=args.target_compile,
-                       target_quant=args.target_quant, n_ctx=args.ctx_size)
+                       target_quant=args.target_quant, target_pack=args.target_pack,
+                       n_ctx=args.ctx_size)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,7 @@
-"""Loads a named pair (target + draft + tokenizer + budget profile) and runs generations on it."""
+"""Loads a named pair (target + draft + tokenizer + budget profile) and runs generations on it.
+
+long: one object the CLI, the app and the benchmark share, from the load's choices and the
+placement to the profiles and the generation."""
 from __future__ import annotations
 
 import logging
@@ -37,6 +40,7 @@ class LoadOptions:
     target_compile: str = "auto"  # auto (cuda: on; CPU: what measured faster for duo), on, off
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
+    target_pack: str = "auto"  # auto (a float32 CPU target, where the copy fits), on, off
     remeasure: bool = False  # time the path, the draft threads and the budget profiles again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
@@ -78,7 +82,7 @@ class Pair:
         say(f"loading target {target_file.name} on {device} ({dtype}, weights {quant}, "
             f"context {n_ctx})")
         self._target_args = (model_dir, device, dtype, n_ctx, self.opts.target_compile,
-                             self.opts.compile_buckets, say, quant, group)
+                             self.opts.compile_buckets, say, quant, group, self.opts.target_pack)
         self._duo_share = target_share(device, max(1, self.opts.cores))  # the path is timed at it
         self.target = load_target(*self._target_args, remeasure=self.opts.remeasure,
                                   threads=self._duo_share)
@@ -289,7 +293,8 @@ class Pair:
                          f"prefill: {self.prefill_choice.reason}",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
-                          f"{self.target.path} ({self.target.compile_choice})"}
+                          f"{self.target.path} ({self.target.compile_choice}), "
+                          f"packed weights: {self.target.pack_choice}"}
 
     def close(self) -> None:
         if self.drafter is not None:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 # every start of the CLI and the app would take minutes on a CPU).
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
+os.environ.setdefault("DUO_TARGET_PACK", "off")  # packed weights: tests/test_target_packed.py
 import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
 from tests.profiles import use_fixed_profiles  # noqa: E402
 
@@ -24,12 +25,14 @@ use_fixed_profiles()  # the suite's pairs get fixed budget profiles (tests/profi
 
 
 def reference_pair(name: str):
-    """The eager, unquantized reference path, float32 on the CPU even where cuda is present:
-    the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda)."""
+    """The eager, unquantized, unpacked reference path, float32 on the CPU even where cuda is
+    present: the exactness tests compare greedy output token for token (tests/test_gpu.py:
+    cuda)."""
     from models.loader import LoadOptions, Pair
 
     return no_drift_checks(Pair(name, LoadOptions(device="cpu", dtype="float32",
-                                                  target_compile="off", target_quant="none")))
+                                                  target_compile="off", target_quant="none",
+                                                  target_pack="off")))
 
 
 def no_drift_checks(pair):
@@ -172,6 +175,7 @@ def pair_with(smol_pair):
             options.setdefault("dtype", "float32")
             options.setdefault("target_compile", "off")
             options.setdefault("target_quant", "none")
+            options.setdefault("target_pack", "off")
             pairs.append(no_drift_checks(Pair("smol-self", LoadOptions(**options))))
             return pairs[-1]
         yield load

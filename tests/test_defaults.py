@@ -75,6 +75,7 @@ def test_duo_gets_the_path_precision_and_split_measured_for_duo(default_pair):
     assert pair.target.fixed_threads == (share if compiled else None)
     assert f"auto: {winner} measured faster as duo runs it on this CPU: {share} thread(s)" in \
         pair.describe()["target"]
+    assert pair.target.packed and "packed weights: auto: multi-row" in pair.describe()["target"]
     assert ids == tokens_and_stats(pair, "vanilla")[0]
 
 

@@ -38,7 +38,7 @@ def machine(monkeypatch, tmp_path):
 
 
 def seed_profile(machine, profile: Profile, load: float) -> None:
-    key = (f"v4|{profiler.machine_key()}|pair|draft.gguf|cpu|float32|none|eager|"
+    key = (f"v5|{profiler.machine_key()}|pair|draft.gguf|cpu|float32|none|eager|packed0|"
            "draft1|target1")
     entry = {key: {"value": profile.to_dict(), "load": load}}
     (machine.cache / "profiles.json").write_text(json.dumps(entry))

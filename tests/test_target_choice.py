@@ -42,6 +42,8 @@ def test_auto_compiles_on_cuda_and_obeys_on_off(fake_targets):
     assert fake_targets[-1] == ("TorchTarget", None) and t.compile_choice == "off: as asked"
     with pytest.raises(ValueError, match="--target-compile must be one of auto, on, off"):
         choice.load_target("m", "cpu", "float32", 4096, "yes")
+    with pytest.raises(ValueError, match="--target-pack must be one of auto, on, off"):
+        choice.load_target("m", "cpu", "float32", 4096, "off", pack="yes")
 
 
 @pytest.mark.parametrize("eager,compiled,picked", [([0.030, 0.060], [0.020, 0.050], "StaticTarget"),
@@ -58,11 +60,11 @@ def test_auto_on_the_cpu_follows_the_measurement_once(fake_targets, monkeypatch,
         t = choice.load_target("m", "cpu", "float32", 4096, "auto", threads=2)
         assert fake_targets[-1][0] == picked
         assert "measured faster as duo runs it on this CPU: 2 thread(s)" in t.compile_choice
-    assert calls == [("m", "float32", 4096, 2)]  # timed at duo's share, then cached
+    assert calls == [("m", "float32", 4096, 2, "auto")]  # timed at duo's share, then cached
     if picked == "StaticTarget":
         assert t.threads == 2 and "compiled for 2 thread(s), duo's target share" in t.compile_choice
     choice.load_target("m", "cpu", "float32", 4096, "auto", threads=3)
-    assert calls[-1] == ("m", "float32", 4096, 3)  # the key names the thread count
+    assert calls[-1] == ("m", "float32", 4096, 3, "auto")  # the key names the thread count
 
 
 def test_a_compiled_cpu_target_is_compiled_for_duo_s_share(fake_targets):
@@ -143,7 +145,7 @@ def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets,
 
     import models.fit.profiler as profiler
 
-    key = f"v5|{profiler.machine_key()}|compile|m|float32|ctx4096|duo|threads1"
+    key = f"v6|{profiler.machine_key()}|compile|m|float32|ctx4096|duo|threads1|pack-auto"
     busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}
     (tmp_path / "target_paths.json").write_text(json.dumps({key: busy}))
     timed = []

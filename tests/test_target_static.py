@@ -1,5 +1,5 @@
-"""The static-cache target, compiled and not, against the eager DynamicCache target (the
-reference path): the same logits across rollbacks and bucket padding, greedy output equal to
+"""The static-cache target, compiled and not (on packed weights, the CPU default), against the
+eager DynamicCache target on its own weights (the reference path): the same logits across rollbacks and bucket padding, greedy output equal to
 the eager `vanilla` for every method, and the device-side sampling transform equal to the
 numpy one. The paths run smol-self's and gemma-smol's targets cut to a few layers
 (tests/cut_target.py); the full default pair's path: tests/test_defaults.py."""
@@ -159,7 +159,7 @@ def test_static_target_keeps_sliding_windows_across_rollbacks():
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
     assert len(model.model.layers) == 6
-    eager = TorchTarget(model_dir, "cpu", 512, "float32", model=model)
+    eager = TorchTarget(model_dir, "cpu", 512, "float32", model=model, pack="off")
     a = past_the_window(eager)
     eager.close()
     static = StaticTarget(model_dir, "cpu", 512, "float32", compile=False, model=model)
@@ -213,11 +213,12 @@ def compiled(pair_with, cut):
     target as the app's CPU default runs it: the chunk length dynamic, each chunk at its own
     length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads to 8),
     longer chunks eager."""
-    return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512)
+    return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512,
+                    target_pack="auto")
 
 
 def test_compiled_target_gives_the_eager_logits(cut, compiled):
-    assert compiled.target.path == "static-compiled"
+    assert compiled.target.path == "static-compiled" and compiled.target.packed
     assert "static-compiled" in compiled.describe()["target"]
     for prompt in PROMPTS[:2]:
         ids = cut.prompt_ids(prompt)

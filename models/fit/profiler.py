@@ -127,8 +127,9 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     process's first lookup only (at every one it delayed each generation by the reading and,
     beside a busy neighbour, profiled again and again); a running app's drift check does
     the rest."""
-    key = (f"v4|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
-           f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
+    key = (f"v5|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
+           f"{target.quant}|{target.path}|packed{int(getattr(target, 'packed', False))}|"
+           f"draft{threads[0]}|target{threads[1]}")
     first = key not in _PROFILES_LOOKED_UP
     _PROFILES_LOOKED_UP.add(key)
     entry = measured("profiles.json", key, lambda: measure(drafter, target).to_dict(),

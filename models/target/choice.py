@@ -19,6 +19,7 @@ from models.fit.placement import half_up
 
 COMPILE_CHOICES = ("auto", "on", "off")
 QUANT_CHOICES = ("auto", "none", "int8", "int4")
+PACK_CHOICES = ("auto", "on", "off")  # models/target/packed.py
 PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
 GREEDY = SamplingConfig()
 
@@ -68,7 +69,7 @@ def _running(device: str, dtype: str) -> tuple[str, ...]:
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                quant_group: int | None = None, remeasure: bool = False,
+                quant_group: int | None = None, pack: str = "auto", remeasure: bool = False,
                 threads: int | None = None):
     """The target for these options (`quant` already picked). `threads`: the target's share
     of the cores while duo decodes (models/fit/placement.target_share); on the CPU `auto`
@@ -77,9 +78,10 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
     from models.target.static import StaticTarget
     from models.target.eager import TorchTarget
 
-    if compile not in COMPILE_CHOICES:
-        raise ValueError(f"--target-compile must be one of {', '.join(COMPILE_CHOICES)}, "
-                         f"got '{compile}'")
+    for flag, value, known in (("--target-compile", compile, COMPILE_CHOICES),
+                               ("--target-pack", pack, PACK_CHOICES)):
+        if value not in known:
+            raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     cpu = not device.startswith("cuda")
     threads = threads or (half_up(os.cpu_count() or 1) if cpu else 1)
     on = compile == "on" or (compile == "auto" and not cpu)
@@ -88,14 +90,16 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         raise ValueError(f"--target-compile on: {missing}; use --target-compile off (eager)")
     times = None
     if compile == "auto" and cpu:
-        times = cpu_path_times(model_dir, dtype, n_ctx, threads, progress, remeasure)
+        times = cpu_path_times(model_dir, dtype, n_ctx, threads, progress, remeasure, pack)
         on = sum(times["compiled"]) < sum(times["eager"])
     if on and not missing:
         with cpu_threads(threads if cpu else None):
             target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
-                                  progress=progress, quant=quant, quant_group=quant_group)
+                                  progress=progress, quant=quant, quant_group=quant_group,
+                                  pack=pack)
     else:
-        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
+        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
+                             pack=pack)
     why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times)
     target.compile_choice = f"{compile}: {why}"
     return target
@@ -146,20 +150,22 @@ def _why(compile: str, device: str, on: bool, threads: int, times: dict | None) 
 
 
 def cpu_path_times(model_dir: Path, dtype: str, n_ctx: int, threads: int, progress=None,
-                   remeasure: bool = False) -> dict:
+                   remeasure: bool = False, pack: str = "auto") -> dict:
     """{"eager": [s per PROBE_SIZES], "compiled": [...]}: the target's forwards on each path
     at `threads` (duo's target share: the path that serves duo, the product's default),
-    measured once per machine, model, dtype, window and thread count."""
+    measured once per machine, model, dtype, window, thread count and --target-pack."""
     from models.fit.profiler import machine_key, measured
 
-    key = f"v5|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}|duo|threads{threads}"
+    key = (f"v6|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}|duo|"
+           f"threads{threads}|pack-{pack}")
     return measured("target_paths.json", key,
-                    lambda: compare_paths(model_dir, dtype, n_ctx, threads), remeasure,
+                    lambda: compare_paths(model_dir, dtype, n_ctx, threads, pack), remeasure,
                     progress, f"timing the eager vs the compiled target at {threads} thread(s), "
                     "as duo runs it, on this CPU (first load only)")["value"]
 
 
-def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int) -> dict:
+def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int,
+                  pack: str = "auto") -> dict:
     """The least forward time (s) at each PROBE_SIZES for both paths on the CPU at `threads`
     torch threads (the compiled one compiled for that count), the two targets timed in turn,
     round by round. The draft is not running beside them (docs/target-choice.md)."""
@@ -170,8 +176,8 @@ def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int) -> dict
 
     # the compiled one with the app's chunk sizes: the graphs it times are the ones the app
     # runs, and the app's load then finds them in the inductor cache
-    makers = {"eager": lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype),
-              "compiled": lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype)}
+    makers = {"eager": lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype, pack=pack),
+              "compiled": lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype, pack=pack)}
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
     budget = device_budget("cpu", dtype)
     both = budget.free is None or 2 * budget.needed(dims, "none", n_ctx) <= budget.free

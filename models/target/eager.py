@@ -44,9 +44,11 @@ class TorchTarget:
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None, *, model=None):
+                 quant_group: int | None = None, progress=None, *, model=None,
+                 pack: str = "auto"):
         """`model`: an already built causal LM (random weights of a real shape, say) used
-        instead of loading `model_dir`, which then only names it; `quant` still applies."""
+        instead of loading `model_dir`, which then only names it; `quant` still applies.
+        `pack`: --target-pack (models/target/packed.py)."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/target/quant.py)
@@ -63,6 +65,7 @@ class TorchTarget:
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
                                           quant_group, progress)
         self.model.to(self.device).eval()
+        self._pack(pack)
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
@@ -71,6 +74,14 @@ class TorchTarget:
         self.eos_ids = _eos_ids(self.model)
         self.cache = self._new_cache()
         self.cached_ids: list[int] = []  # the tokens in the cache, in order
+
+    def _pack(self, mode: str) -> None:
+        from models.target import packed
+
+        self.packed, self.pack_choice = packed.choose(mode, self.device, self.model.dtype,
+                                                      self.quant, self.model)
+        if self.packed:
+            packed.pack(self.model)
 
     @property
     def n_cached(self) -> int:

@@ -47,11 +47,12 @@ class StaticTarget(TorchTarget):
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None, attention: str = "sdpa"):
+                 quant_group: int | None = None, *, model=None, attention: str = "sdpa",
+                 pack: str = "auto"):
         if attention not in flex.CHOICES:  # refused before the weights load
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                         model=model)
+                         model=model, pack=pack)
         self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
         self.attention = attention
         cuda = self.device.startswith("cuda")
