@@ -10,6 +10,7 @@ import pytest
 
 import models.fit.profiler as profiler
 import models.target.choice as choice
+import models.target.packed as packed
 import models.target.static as static
 from core.budget import Profile
 from core.engine import GenConfig
@@ -47,6 +48,7 @@ def default_pair(request):
         mp.setattr(profiler, "pick_draft_threads", lambda name, drafter, cap, *a, **k:
                    {n: s for n, s in DRAFT_TIMES.items() if n <= cap})
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: PROFILE)
+        mp.setattr(packed, "product_times", lambda model: {"torch": 0.02, "packed": 0.01})
         pair = Pair("smol-self", LoadOptions())
         try:
             yield pair, asked, winner

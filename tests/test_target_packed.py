@@ -47,15 +47,20 @@ def test_pack_replaces_every_linear_layer():
     torch.testing.assert_close(model(x), want, atol=1e-5, rtol=1e-5)
 
 
-def test_auto_packs_a_float32_cpu_target_where_the_copy_fits():
+FASTER, SLOWER = {"torch": 0.02, "packed": 0.01}, {"torch": 0.01, "packed": 0.02}
+
+
+def test_auto_packs_a_float32_cpu_target_where_the_copy_fits_and_measured_faster():
     model, f32 = tiny(), torch.float32
     need = packed.linear_bytes(model)
     assert need == (64 * 64 + 64 * 32) * 4
-    assert packed.choose("auto", "cpu", f32, "none", model, free=8 * GIB)[0]
-    assert packed.choose("on", "cpu", f32, "none", model, free=8 * GIB)[0]
+    assert packed.choose("auto", "cpu", f32, "none", model, free=8 * GIB, times=FASTER)[0]
+    ok, why = packed.choose("auto", "cpu", f32, "none", model, free=8 * GIB, times=SLOWER)
+    assert not ok and "measured faster here (10.0 ms against 20.0 ms packed)" in why
+    assert packed.choose("on", "cpu", f32, "none", model, free=8 * GIB, times=SLOWER)[0]
     assert packed.choose("off", "cpu", f32, "none", model, free=8 * GIB) == (False, "off")
     short = packed.MARGIN + need - 1
-    ok, why = packed.choose("auto", "cpu", f32, "none", model, free=short)
+    ok, why = packed.choose("auto", "cpu", f32, "none", model, free=short, times=FASTER)
     assert not ok and "does not fit" in why
     for device, dtype, quant, needle in [("cuda", f32, "none", "on cuda"),
                                          ("cpu", f32, "int8", "int8"),
@@ -100,3 +105,15 @@ def test_packed_eager_target_greedy_identical_to_the_unpacked_vanilla(cut_packed
         stats = events[-1].stats
         rejected += stats["drafted"] - stats["accepted"]
     assert method == "vanilla" or rejected > 0  # packed chunks of several rows verified
+
+
+def test_auto_times_the_largest_layer_both_ways_and_keeps_it(tmp_path, monkeypatch):
+    """The figures only (their verdict is the benchmark's): one product each way, kept in the
+    machine's cache under the layer's shape and the thread count."""
+    import json
+
+    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    times = packed.product_times(tiny())
+    assert set(times) == {"torch", "packed"} and min(times.values()) > 0
+    keys = list(json.loads((tmp_path / "target_paths.json").read_text()))
+    assert len(keys) == 1 and "|pack|(64, 64)|torch.float32|threads" in keys[0]

@@ -214,7 +214,7 @@ def compiled(pair_with, cut):
     length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads to 8),
     longer chunks eager."""
     return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512,
-                    target_pack="auto")
+                    target_pack="on")
 
 
 def test_compiled_target_gives_the_eager_logits(cut, compiled):

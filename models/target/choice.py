@@ -180,8 +180,9 @@ def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int,
               "compiled": lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype, pack=pack)}
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
     budget = device_budget("cpu", dtype)
-    both = budget.free is None or 2 * budget.needed(dims, "none", n_ctx) <= budget.free
-    groups = [list(makers)] if both else [[name] for name in makers]  # two copies fit?
+    copies = 2 if pack == "off" else 4  # a packed target holds its linear weights twice
+    both = budget.free is None or copies * budget.needed(dims, "none", n_ctx) <= budget.free
+    groups = [list(makers)] if both else [[name] for name in makers]  # two targets fit?
     out = {}
     with cpu_threads(threads):
         for names in groups:

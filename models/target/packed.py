@@ -9,10 +9,13 @@ freezing pass does for a frozen graph) stays near the cost of reading the weight
 Same float32 arithmetic, summed in another order: greedy output stays `vanilla`'s (tested).
 
 The copy doubles the linear layers' memory, so `auto` packs only a float32 CPU target whose
-copy fits the available RAM with a margin; `on` packs or says why it cannot; cuda never
-(cuBLAS has no such gap). Compiled targets call the packed product as an extern kernel:
+copy fits the available RAM with a margin and whose largest layer's 8-row product measured
+faster packed on this machine (cached per machine, layer shape and thread count); `on` packs
+or says why it cannot; cuda never (cuBLAS has no such gap). Compiled targets call the packed product as an extern kernel:
 inductor's own lowering of it assumes a frozen graph's constant weight (`_graph_calls`)."""
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +26,7 @@ from models.fit.memory import GIB, meminfo_available
 CHOICES = ("auto", "on", "off")  # also models/target/choice.PACK_CHOICES (no torch there)
 LAYOUT_ROWS = 16  # the row count oneDNN lays the weights out for (chunks run 2..32)
 MARGIN = GIB // 2  # RAM left free after the copy, at least
+PROBE_ROWS = 8  # auto's timing: a typical verify chunk
 _OP = torch.ops.mkldnn._linear_pointwise.default
 
 
@@ -46,9 +50,10 @@ class PackedLinear(nn.Module):
 
 
 def choose(mode: str, device: str, dtype: torch.dtype, quant: str, model: nn.Module,
-           free: int | None = None) -> tuple[bool, str]:
+           free: int | None = None, times: dict | None = None) -> tuple[bool, str]:
     """(pack, why) for `--target-pack`; ValueError, naming the option, where `on` cannot be
-    honoured. `free`: available RAM in bytes (None: read it)."""
+    honoured. `free`: available RAM in bytes (None: read it); `times`: auto's product times,
+    {"torch": s, "packed": s} (None: measured, or read from the cache)."""
     if mode not in CHOICES:
         raise ValueError(f"--target-pack must be one of {', '.join(CHOICES)}, got '{mode}'")
     if mode == "off":
@@ -60,6 +65,11 @@ def choose(mode: str, device: str, dtype: torch.dtype, quant: str, model: nn.Mod
         if free is not None and free < need + MARGIN:
             why = (f"the packed copy ({need / GIB:.1f} GiB) does not fit beside "
                    f"{free / GIB:.1f} GiB of available RAM")
+    if why is None and mode == "auto":
+        times = times or product_times(model)
+        if times["packed"] >= times["torch"]:
+            why = (f"torch's {PROBE_ROWS}-row product measured faster here "
+                   f"({_ms(times['torch'])} against {_ms(times['packed'])} packed)")
     if why is None:
         return True, f"{mode}: multi-row products on oneDNN's packed weights"
     if mode == "on":
@@ -77,6 +87,37 @@ def _cannot(device: str, dtype: torch.dtype, quant: str) -> str | None:
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN"
     return None
+
+
+def product_times(model: nn.Module) -> dict:
+    """{"torch": s, "packed": s}: the least time of a PROBE_ROWS-row product by the model's
+    largest linear layer (the LM head, mostly), each way, at torch's thread count now."""
+    from models.fit.profiler import machine_key, measured
+
+    weight = max((m.weight for m in model.modules() if isinstance(m, nn.Linear)),
+                 key=lambda w: w.numel())
+    key = (f"v1|{machine_key()}|pack|{tuple(weight.shape)}|{weight.dtype}|"
+           f"threads{torch.get_num_threads()}")
+    return measured("target_paths.json", key, lambda: _time_products(weight))["value"]
+
+
+def _time_products(weight: torch.Tensor) -> dict:
+    from models.fit.profiler import interleaved
+
+    x = torch.randn(PROBE_ROWS, weight.shape[1], dtype=weight.dtype)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), LAYOUT_ROWS)
+
+    def timed(product):
+        with torch.inference_mode():
+            t = time.perf_counter()
+            product()
+            return time.perf_counter() - t
+    return interleaved({"torch": lambda: timed(lambda: F.linear(x, weight)),
+                        "packed": lambda: timed(lambda: _OP(x, packed, None, "none", [], ""))})
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
 
 
 def linear_bytes(model: nn.Module) -> int:
