@@ -5,14 +5,16 @@ runs MKL's generic kernel, which on the 2-core Intel Xeon VM cost more for 4-15 
 for 16 (Gemma 3 270M's 262k-row LM head: 1 row 48 ms, 8 rows 171, 16 rows 144). oneDNN's
 kernel on a copy of the weight laid out in its blocked format once at load (what inductor's
 freezing pass does for a frozen graph) stays near the cost of reading the weights: 8 rows
-64 ms. A single row (vanilla's step, a plain round) keeps torch's own product, as fast there.
+64 ms. One or two rows (vanilla's step, a plain round, a one-token draft) keep torch's own
+product: as fast for one, faster for two (smol-self compiled: 50 ms against 59 packed).
 Same float32 arithmetic, summed in another order: greedy output stays `vanilla`'s (tested).
 
 The copy doubles the linear layers' memory, so `auto` packs only a float32 CPU target whose
 copy fits the available RAM with a margin and whose largest layer's 8-row product measured
-faster packed on this machine (cached per machine, layer shape and thread count); `on` packs
-or says why it cannot; cuda never (cuBLAS has no such gap). Compiled targets call the packed product as an extern kernel:
-inductor's own lowering of it assumes a frozen graph's constant weight (`_graph_calls`)."""
+faster packed on this machine (cached per machine, layer shape and thread count); `on`
+packs or says why it cannot; cuda never (cuBLAS has no such gap). Compiled targets call the
+packed product as an extern kernel: inductor's own lowering of it assumes a frozen graph's
+constant weight (`_graph_calls`)."""
 from __future__ import annotations
 
 import time
@@ -27,12 +29,13 @@ CHOICES = ("auto", "on", "off")  # also models/target/choice.PACK_CHOICES (no to
 LAYOUT_ROWS = 16  # the row count oneDNN lays the weights out for (chunks run 2..32)
 MARGIN = GIB // 2  # RAM left free after the copy, at least
 PROBE_ROWS = 8  # auto's timing: a typical verify chunk
+PACKED_FROM = 3  # rows (a compiled target keeps a graph for 2 rows apart: one more compile)
 _OP = torch.ops.mkldnn._linear_pointwise.default
 
 
 class PackedLinear(nn.Module):
-    """An nn.Linear (its weight and bias shared, not copied) whose products of two rows or
-    more run on the packed copy of its weight."""
+    """An nn.Linear (its weight and bias shared, not copied) whose products of PACKED_FROM
+    rows or more run on the packed copy of its weight."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -43,7 +46,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] < 3:
+        if rows.shape[0] < PACKED_FROM:
             return F.linear(x, self.weight, self.bias)
         out = _OP(rows, self.packed, self.bias, "none", [], "")
         return out.reshape(*x.shape[:-1], self.out_features)
