@@ -60,8 +60,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-pack", default=os.environ.get("DUO_TARGET_PACK", "auto"),
                    help="auto, on, off: a float32 CPU target's multi-row products on a packed "
                         "copy of its weights (oneDNN; verify chunks run up to 2x faster, the "
-                        "weights take twice the RAM; auto: where the copy fits; default from "
-                        "DUO_TARGET_PACK)")
+                        "weights take twice the RAM; auto: where the copy fits and measured "
+                        "faster here; default from DUO_TARGET_PACK)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context window in target tokens (default: min(trained window, "
                         "8192), shrunk to what fits); the draft's is sized from it")
