@@ -43,7 +43,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
     p.add_argument("--remeasure", action="store_true",
                    help="time this machine again: the target's path (CPU, --target-compile "
-                        "auto), the draft's threads and the draft budget's profiles")
+                        "auto) and packed product (--target-pack auto), the draft's threads "
+                        "and the draft budget's profiles")
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster; only float32 "

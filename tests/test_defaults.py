@@ -48,7 +48,8 @@ def default_pair(request):
         mp.setattr(profiler, "pick_draft_threads", lambda name, drafter, cap, *a, **k:
                    {n: s for n, s in DRAFT_TIMES.items() if n <= cap})
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: PROFILE)
-        mp.setattr(packed, "product_times", lambda model: {"torch": 0.02, "packed": 0.01})
+        mp.setattr(packed, "product_times", lambda model, remeasure=False: {"torch": 0.02,
+                                                                             "packed": 0.01})
         pair = Pair("smol-self", LoadOptions())
         try:
             yield pair, asked, winner

@@ -109,11 +109,17 @@ def test_packed_eager_target_greedy_identical_to_the_unpacked_vanilla(cut_packed
 
 def test_auto_times_the_largest_layer_both_ways_and_keeps_it(tmp_path, monkeypatch):
     """The figures only (their verdict is the benchmark's): one product each way, kept in the
-    machine's cache under the layer's shape and the thread count."""
+    machine's cache under the layer's shape and the thread count, timed again with
+    --remeasure."""
     import json
 
     monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
+    timings = []
+    timed = packed._time_products
+    monkeypatch.setattr(packed, "_time_products", lambda w: timings.append(w.shape) or timed(w))
     times = packed.product_times(tiny())
     assert set(times) == {"torch", "packed"} and min(times.values()) > 0
     keys = list(json.loads((tmp_path / "target_paths.json").read_text()))
     assert len(keys) == 1 and "|pack|(64, 64)|torch.float32|threads" in keys[0]
+    packed.product_times(tiny(), remeasure=True)
+    assert timings == [(64, 64)] * 2

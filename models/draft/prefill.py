@@ -5,7 +5,6 @@ its own weights from there. The output is the target's either way; the draft's p
 shift a little (its cache holds the copy's keys and values)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,17 +108,17 @@ def cache_key(draft_name: str, cores: int) -> str:
 def time_prefills(drafter, prefill: CopyPrefill, cores: int) -> dict[str, float]:
     """Seconds to prefill PROBE_TOKENS tokens on `cores` threads: the draft itself, and the
     copy with the move into the draft's cache (the least of three, interleaved)."""
-    from models.fit.profiler import interleaved
+    from models.fit.profiler import elapsed, interleaved
 
     ids = [int(t) for t in np.random.default_rng(0).integers(100, 1000, PROBE_TOKENS)]
 
     def own():
         drafter.rollback(0)
-        return _timed(lambda: drafter._sync(ids))
+        return elapsed(lambda: drafter._sync(ids))
 
     def copied():
         prefill.copy.rollback(0)
-        return _timed(lambda: prefill.fill(drafter, ids))
+        return elapsed(lambda: prefill.fill(drafter, ids))
     prev = drafter.set_threads(cores)
     prefill.set_threads(cores)
     try:
@@ -128,9 +127,3 @@ def time_prefills(drafter, prefill: CopyPrefill, cores: int) -> dict[str, float]
     finally:
         drafter.set_threads(prev)
         prefill.set_threads(prev)
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0

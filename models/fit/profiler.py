@@ -106,6 +106,13 @@ def measured(file: str, key: str, measure, remeasure: bool = False, progress=Non
     return entry
 
 
+def elapsed(fn) -> float:
+    """Seconds one call of fn takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def interleaved(probes: dict, rounds: int = ROUNDS) -> dict:
     """The least time (s) of each probe (a callable returning one timing) over a warm-up round
     and `rounds` timed rounds, every round running every probe in turn."""

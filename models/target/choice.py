@@ -96,10 +96,10 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         with cpu_threads(threads if cpu else None):
             target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
                                   progress=progress, quant=quant, quant_group=quant_group,
-                                  pack=pack)
+                                  pack=pack, remeasure=remeasure)
     else:
         target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                             pack=pack)
+                             pack=pack, remeasure=remeasure)
     why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times)
     target.compile_choice = f"{compile}: {why}"
     return target

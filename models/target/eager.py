@@ -45,10 +45,10 @@ class TorchTarget:
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
                  quant_group: int | None = None, progress=None, *, model=None,
-                 pack: str = "auto"):
+                 pack: str = "auto", remeasure: bool = False):
         """`model`: an already built causal LM (random weights of a real shape, say) used
         instead of loading `model_dir`, which then only names it; `quant` still applies.
-        `pack`: --target-pack (models/target/packed.py)."""
+        `pack`: --target-pack (models/target/packed.py), its timing again with `remeasure`."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/target/quant.py)
@@ -65,7 +65,7 @@ class TorchTarget:
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
                                           quant_group, progress)
         self.model.to(self.device).eval()
-        self._pack(pack)
+        self._pack(pack, remeasure)
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
@@ -75,11 +75,12 @@ class TorchTarget:
         self.cache = self._new_cache()
         self.cached_ids: list[int] = []  # the tokens in the cache, in order
 
-    def _pack(self, mode: str) -> None:
+    def _pack(self, mode: str, remeasure: bool) -> None:
         from models.target import packed
 
         self.packed, self.pack_choice = packed.choose(mode, self.device, self.model.dtype,
-                                                      self.quant, self.model)
+                                                      self.quant, self.model,
+                                                      remeasure=remeasure)
         if self.packed:
             packed.pack(self.model)
 

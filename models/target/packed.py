@@ -17,8 +17,6 @@ packed product as an extern kernel: inductor's own lowering of it assumes a froz
 constant weight (`_graph_calls`)."""
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,10 +51,12 @@ class PackedLinear(nn.Module):
 
 
 def choose(mode: str, device: str, dtype: torch.dtype, quant: str, model: nn.Module,
-           free: int | None = None, times: dict | None = None) -> tuple[bool, str]:
+           free: int | None = None, times: dict | None = None,
+           remeasure: bool = False) -> tuple[bool, str]:
     """(pack, why) for `--target-pack`; ValueError, naming the option, where `on` cannot be
     honoured. `free`: available RAM in bytes (None: read it); `times`: auto's product times,
-    {"torch": s, "packed": s} (None: measured, or read from the cache)."""
+    {"torch": s, "packed": s} (None: measured, or read from the cache; `remeasure`: timed
+    again)."""
     if mode not in CHOICES:
         raise ValueError(f"--target-pack must be one of {', '.join(CHOICES)}, got '{mode}'")
     if mode == "off":
@@ -69,7 +69,7 @@ def choose(mode: str, device: str, dtype: torch.dtype, quant: str, model: nn.Mod
             why = (f"the packed copy ({need / GIB:.1f} GiB) does not fit beside "
                    f"{free / GIB:.1f} GiB of available RAM")
     if why is None and mode == "auto":
-        times = times or product_times(model)
+        times = times or product_times(model, remeasure)
         if times["packed"] >= times["torch"]:
             why = (f"torch's {PROBE_ROWS}-row product measured faster here "
                    f"({_ms(times['torch'])} against {_ms(times['packed'])} packed)")
@@ -92,7 +92,7 @@ def _cannot(device: str, dtype: torch.dtype, quant: str) -> str | None:
     return None
 
 
-def product_times(model: nn.Module) -> dict:
+def product_times(model: nn.Module, remeasure: bool = False) -> dict:
     """{"torch": s, "packed": s}: the least time of a PROBE_ROWS-row product by the model's
     largest linear layer (the LM head, mostly), each way, at torch's thread count now."""
     from models.fit.profiler import machine_key, measured
@@ -101,22 +101,18 @@ def product_times(model: nn.Module) -> dict:
                  key=lambda w: w.numel())
     key = (f"v1|{machine_key()}|pack|{tuple(weight.shape)}|{weight.dtype}|"
            f"threads{torch.get_num_threads()}")
-    return measured("target_paths.json", key, lambda: _time_products(weight))["value"]
+    return measured("target_paths.json", key, lambda: _time_products(weight),
+                    remeasure)["value"]
 
 
+@torch.inference_mode()
 def _time_products(weight: torch.Tensor) -> dict:
-    from models.fit.profiler import interleaved
+    from models.fit.profiler import elapsed, interleaved
 
     x = torch.randn(PROBE_ROWS, weight.shape[1], dtype=weight.dtype)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), LAYOUT_ROWS)
-
-    def timed(product):
-        with torch.inference_mode():
-            t = time.perf_counter()
-            product()
-            return time.perf_counter() - t
-    return interleaved({"torch": lambda: timed(lambda: F.linear(x, weight)),
-                        "packed": lambda: timed(lambda: _OP(x, packed, None, "none", [], ""))})
+    return interleaved({"torch": lambda: elapsed(lambda: F.linear(x, weight)),
+                        "packed": lambda: elapsed(lambda: _OP(x, packed, None, "none", [], ""))})
 
 
 def _ms(seconds: float) -> str:

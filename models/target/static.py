@@ -48,11 +48,11 @@ class StaticTarget(TorchTarget):
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
                  quant_group: int | None = None, *, model=None, attention: str = "sdpa",
-                 pack: str = "auto"):
+                 pack: str = "auto", remeasure: bool = False):
         if attention not in flex.CHOICES:  # refused before the weights load
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                         model=model, pack=pack)
+                         model=model, pack=pack, remeasure=remeasure)
         self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
         self.attention = attention
         cuda = self.device.startswith("cuda")
