@@ -7,10 +7,18 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install browser run test test-gpu gpu-report bench clean
 
-$(STAMP): requirements.txt
+# llama.cpp on its own thread pool, not OpenMP: beside torch's OpenMP teams, its decodes on two
+# threads waited at every barrier (models/draft/llama.py thread_pool). A wheel built before
+# (pip's cache, an older venv) is built again once.
+LLAMA_CMAKE := -DGGML_OPENMP=OFF
+LLAMA_PIN = $$(grep -o '^llama-cpp-python==[0-9.]*' requirements.txt)
+OPENMP_BUILD := import llama_cpp, sys; sys.exit(b"OPENMP = 1" not in llama_cpp.llama_print_system_info())
+$(STAMP): requirements.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/python -m pip install -q -r requirements.txt
+	! $(BIN)/python -c '$(OPENMP_BUILD)' || CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/python -m pip \
+		install -q --force-reinstall --no-deps --no-cache-dir "$(LLAMA_PIN)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,11 +5,11 @@ Model of a `duo` round that verifies gamma draft tokens: the target scores gamma
 target's next token plus gamma). The round takes the max of the two. A chunk is usable when
 every token passed and its guess matched (alpha^(gamma+1)); otherwise the next round has no
 draft and yields one target token. A two-state Markov chain gives the expected tokens/s.
-For `sps` the two run one after the other.
+For `sps` the two run one after the other. A draft that outlasts the verify writes the rest
+alone, the target waiting: on more threads where that measured faster (Profile.draft_alone_s).
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 MAX_GAMMA = 32
@@ -28,6 +28,9 @@ class Profile:
     # worker idle (a lookup round without the draft beside it); empty: no solo rounds
     solo_verify_s: list[float] = field(default_factory=list)
     solo_threads: int = 0
+    # the draft's s/token on the threads it takes while the target waits for it (duo); 0: the
+    # same threads as beside the target (Placement.for_method)
+    draft_alone_s: float = 0.0
 
     def verify(self, n: int) -> float:
         return _curve(self.verify_s, n)
@@ -39,7 +42,8 @@ class Profile:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
                 "draft_step_s": self.draft_step_s, "device": self.device,
                 "draft_threads": self.draft_threads, "load": self.load,
-                "solo_verify_s": self.solo_verify_s, "solo_threads": self.solo_threads}
+                "solo_verify_s": self.solo_verify_s, "solo_threads": self.solo_threads,
+                "draft_alone_s": self.draft_alone_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
@@ -47,7 +51,7 @@ class Profile:
         threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
         return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
                    threads, d.get("load"), list(d.get("solo_verify_s", [])),
-                   d.get("solo_threads", 0))
+                   d.get("solo_threads", 0), d.get("draft_alone_s", 0.0))
 
 
 def _curve(times: list[float], n: int) -> float:
@@ -76,6 +80,17 @@ class DraftBudget:
     # -- the cost model -------------------------------------------------------------------
     def draft_s(self, n: int) -> float:
         return n * self.profile.draft_token_s * self.draft_scale
+
+    @property
+    def alone_ratio(self) -> float:
+        """The draft's time per token alone (the target waiting) over beside the target."""
+        alone, beside = self.profile.draft_alone_s, self.profile.draft_token_s
+        return min(1.0, alone / beside) if alone > 0 and beside > 0 else 1.0
+
+    def round_s(self, verify_s: float, draft_s: float) -> float:
+        """A duo round: a verify of `verify_s` beside a draft of `draft_s` (its time beside
+        the target); what the draft has left when the verify ends runs alone."""
+        return verify_s + max(0.0, draft_s - verify_s) * self.alone_ratio
 
     def batch_s(self, k: int) -> float:
         """One draft decode of k tokens at once (k sequences a step, or k positions of one):
@@ -120,8 +135,8 @@ class DraftBudget:
         tokens_full = (1 - a ** (gamma + 1)) / (1 - a)  # accepted + the target's own token
         if not self.overlap:
             return tokens_full / (self.draft_s(gamma) + self.verify_s(gamma + 1))
-        t_full = max(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
-        t_empty = max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
+        t_full = self.round_s(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
+        t_empty = self.round_s(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
         stay, enter = a ** (gamma + 1), a  # P(full -> full), P(empty -> full)
         pi_full = enter / (enter + 1 - stay)
         tokens = pi_full * tokens_full + (1 - pi_full)
@@ -134,9 +149,9 @@ class DraftBudget:
         time a round: a chain of full, pre-drafted and empty rounds (hit 0: expected_rate)."""
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
         fitted = self.draft_s(self.empty_chunk(gamma, depth)) + extra_s
-        times = (max(self.verify_s(gamma + 1), self.draft_s(gamma + 1) + extra_s),
-                 max(self.verify_s(depth + 1), fitted),
-                 max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma))))
+        times = (self.round_s(self.verify_s(gamma + 1), self.draft_s(gamma + 1) + extra_s),
+                 self.round_s(self.verify_s(depth + 1), fitted),
+                 self.round_s(self.verify_s(1), self.draft_s(self.empty_chunk(gamma))))
         tokens = ((1 - a ** (gamma + 1)) / (1 - a), (1 - a ** (depth + 1)) / (1 - a), 1.0)
         rows = []
         for stay in (a ** (gamma + 1), a ** (depth + 1)):  # full, pre-drafted: -> full, pre, empty
@@ -202,11 +217,13 @@ class DraftBudget:
 
     # -- online adaptation ----------------------------------------------------------------
     def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: float = 0,
-                verify_s: float = 0.0, verify_n: int = 0) -> int:
-        """Feed one round's outcome and times; returns the gamma for the next round."""
+                verify_s: float = 0.0, verify_n: int = 0, alone_s: float = 0.0) -> int:
+        """Feed one round's outcome and times; returns the gamma for the next round.
+        `alone_s`: the part of `draft_s` the draft ran alone, counted at its time beside."""
         self.since_probe = 0 if self.gamma else self.since_probe + 1  # this round's gamma
         if drafted:
             self.learn_alpha(drafted, accepted)
+        draft_s += min(alone_s, draft_s) * (1 / self.alone_ratio - 1)
         if draft_n and draft_s > 0:
             ratio = draft_s / (draft_n * self.profile.draft_token_s)
             self.draft_scale += self.ema * (ratio - self.draft_scale)
@@ -267,73 +284,6 @@ def length_bucket(n: int) -> int:
 def bucket_label(b: int) -> str:
     """The lengths of bucket `b`, as text: "1", "2", "3-4", "5-8", ..."""
     return str(1 << b) if b < 2 else f"{(1 << (b - 1)) + 1}-{1 << b}"
-
-
-BAND_EDGES = (0.3, 0.6, 0.8, 0.9, 0.95)  # lookup confidence bands: <0.3, ..., >=0.95
-BAND_PRIOR = (0.05, 0.2, 0.4, 0.6, 0.8, 0.9)  # pass rates before any is measured
-# the memory's (earlier requests') bands: an unrelated request's text matches as long as this
-# one's own but passes less often (copy-heavy prompts, greedy: 0.46 against 0.83 at 0.8-0.9)
-MEMORY_PRIOR = (0.03, 0.15, 0.4, 0.55, 0.7, 0.8)
-SOURCES = ("context", "memory")  # Lookup.source: each learned apart
-LOCAL_WEIGHT = 4.0  # the carried rate, as tokens of this generation's own (LookupBands.rate)
-
-
-class LookupBands:
-    """The suffix index's pass rate per source and confidence band (a token's `Lookup.conf`),
-    learned apart from the model draft's alpha: P(token passes | the tokens before it
-    passed). The generation's own context and the memory of earlier requests have bands of
-    their own: a long match in another request's text is weaker evidence than one in this
-    text. The rates carried between generations (`alpha`, an ema; the context's bands, then
-    the memory's) are a prior of LOCAL_WEIGHT tokens that this generation's own passes and
-    failures per band outweigh as they come: a text that copies little (a math answer) stops
-    paying for lookups after a few misses, one that copies much (a code edit) earns longer
-    ones, whatever the texts before it taught."""
-
-    def __init__(self, alpha: list[float] | None = None, ema: float = 0.1):
-        self.alpha = list(alpha) if alpha else list(BAND_PRIOR + MEMORY_PRIOR)
-        self.ema = ema
-        self.prior = list(self.alpha)  # the carried rates as this generation started
-        self.tried = [0] * len(self.alpha)  # this generation's tokens verified per band
-        self.passed = [0] * len(self.alpha)
-
-    @staticmethod
-    def band(conf: float, source: str = "context") -> int:
-        return SOURCES.index(source) * len(BAND_PRIOR) + bisect.bisect_right(BAND_EDGES, conf)
-
-    def rate(self, band: int) -> float:
-        """The band's pass rate for this generation: the carried rate as LOCAL_WEIGHT
-        pseudo-tokens beside this generation's counts."""
-        return ((self.prior[band] * LOCAL_WEIGHT + self.passed[band]) /
-                (LOCAL_WEIGHT + self.tried[band]))
-
-    def pass_probs(self, conf: list[float], source: str = "context") -> list[float]:
-        return [self.rate(self.band(c, source)) for c in conf]
-
-    def expected(self, found) -> float:
-        """Expected lookup tokens that pass of a `Lookup` (its source's bands)."""
-        return expected_tokens(self.pass_probs(found.conf, found.source))[0] - 1
-
-    def observe(self, conf: list[float], accepted: int, source: str = "context") -> None:
-        """Tokens before the first rejected one passed; that one failed; later ones were not
-        tried."""
-        for i, c in enumerate(conf[:accepted + 1]):
-            b, ok = self.band(c, source), i < accepted
-            self.alpha[b] += self.ema * (float(ok) - self.alpha[b])
-            self.tried[b] += 1
-            self.passed[b] += ok
-
-    def state(self) -> list[float]:
-        return list(self.alpha)
-
-
-def expected_tokens(probs: list[float]) -> tuple[float, float]:
-    """(expected tokens of a round that verifies a draft with these conditional pass rates,
-    including the target's own; the chance that all pass)."""
-    reach, total = 1.0, 1.0
-    for a in probs:
-        reach *= a
-        total += reach
-    return total, reach
 
 
 def _stationary3(t) -> tuple[float, float, float]:

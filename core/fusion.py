@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.backends import Draft
-from core.budget import DraftBudget, LookupBands, expected_tokens
+from core.bands import LookupBands, expected_tokens
+from core.budget import DraftBudget
 from core.suffix import ContextLookup, Lookup
 
 LOOKUP_MAX = 31  # draft tokens at most with a lookup in it: with the last token, the 32 bucket

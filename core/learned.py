@@ -8,8 +8,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from core.bands import LookupBands
 from core.branching import FirstTokenOdds
-from core.budget import DraftBudget, LookupBands, Profile
+from core.budget import DraftBudget, Profile
 
 WIDE = 2.0  # online times this far off the profile (either way): measure the profile again
 CLOSE = 0.25  # a fresh profile within this of the old one: the old one was not the cause

@@ -11,10 +11,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import Iterator, NamedTuple
 
 from core.backends import Branching, Drafter, Plan, Proposal
 from core.sampling import SamplingConfig, draft_draws
@@ -26,9 +27,16 @@ CATCH_UP_S = 0.01  # the timeout grows by this per context token: a long prompt'
 @dataclass(frozen=True)
 class DraftTiming:
     """When the worker ran one job (perf_counter start/end) and for how long; `busy_s`
-    includes the proposal's own `sync_s`."""
+    includes the proposal's own `sync_s`; `alone_s`: the part the caller waited for it."""
     busy_s: float = 0.0
     span: tuple[float, float] = (0.0, 0.0)
+    alone_s: float = 0.0
+
+    def waited_from(self, since: float | None) -> "DraftTiming":
+        """These times, the caller waiting for the job from `since` (None: it did not)."""
+        if since is None or self.span == (0.0, 0.0):
+            return self
+        return replace(self, alone_s=max(0.0, self.span[1] - max(self.span[0], since)))
 
 
 class Drafted(NamedTuple):
@@ -54,7 +62,9 @@ class DraftJob:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
         time (the worker then says why in its `warnings` and drafts no more)."""
         if self._drafted is None:
-            self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
+            with self._worker.waited_on(self._future) as since:
+                drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
+            self._drafted = Drafted(drafted.proposal, drafted.timing.waited_from(since))
         return self._drafted
 
     def late(self) -> bool:
@@ -97,6 +107,11 @@ class DraftWorker:
         self.adjust = {} if adjust is None else {"adjust": adjust}  # its own, for this thread
         self.sequential, self.timeout_s = sequential, timeout_s
         self.warnings: list[str] = []
+        # set while the caller waits for a job (nothing else decodes): a drafter with an
+        # `alone` attribute may take more threads then (LlamaDrafter.alone_threads)
+        self.waiting = threading.Event()
+        if hasattr(drafter, "alone"):
+            drafter.alone = self.waiting
         self._hung: Future | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="draft")  # a thread on first use
         self._watchdog: Watchdog | None = None
@@ -148,6 +163,19 @@ class DraftWorker:
                        "went on alone")
             return Drafted.nothing()
         return drafted
+
+    @contextmanager
+    def waited_on(self, future: Future) -> Iterator[float | None]:
+        """The block waits for `future`: `waiting` is set meanwhile, unless it is done;
+        yields when the wait began (None: it did not)."""
+        if future.done():
+            yield None
+            return
+        self.waiting.set()
+        try:
+            yield time.perf_counter()
+        finally:
+            self.waiting.clear()
 
     def _timeout(self, context: list[int]) -> float | None:
         return None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)

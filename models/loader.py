@@ -136,13 +136,25 @@ class Pair:
             from models.fit.profiler import fastest_threads, pick_draft_threads
 
             device, cores = self.target.device, max(1, self.opts.cores)
-            self._thread_times = pick_draft_threads(self.spec.name, self.drafter,
-                                                    draft_share(device, cores), self._progress,
-                                                    self._time_threads_again)
+            times = self._thread_times = pick_draft_threads(
+                self.spec.name, self.drafter, cores, self._progress, self._time_threads_again)
             self._time_threads_again = False
-            self._placement = Placement(device, cores, fastest_threads(self._thread_times),
-                                        self.target.fixed_threads)
+            share = draft_share(device, cores)
+            beside = fastest_threads({n: s for n, s in times.items() if n <= share})
+            self._placement = Placement(device, cores, beside, self.target.fixed_threads,
+                                        self._alone_threads(times, beside))
         return self._placement
+
+    def _alone_threads(self, times: dict[int, float], beside: int) -> int:
+        """The draft's count alone (Placement.draft_alone): the fastest measured, but never
+        more than `beside` on an OpenMP build of llama.cpp (LlamaDrafter.thread_pool: its
+        decodes on 2 threads measured fast at load, then waited at every barrier once torch
+        ran teams of its own in the process)."""
+        from models.fit.profiler import fastest_threads
+
+        if getattr(self.drafter, "thread_pool", "") == "openmp":
+            return beside
+        return fastest_threads(times)
 
     def threads(self, method: str) -> Threads:
         """`method`'s thread settings (one question to the placement)."""
@@ -173,6 +185,7 @@ class Pair:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
+        self.profile.draft_alone_s = self._alone_s(threads)
         solo, solo_threads = self._solo(method, threads, again)  # then both priced as run:
         self.profile.verify_s = self.target.pad_chunks(self.profile.verify_s, threads.target)
         if solo:
@@ -180,6 +193,13 @@ class Pair:
         self.profile.solo_verify_s, self.profile.solo_threads = solo, solo_threads
         self._remeasured.add(split)  # --remeasure: once per thread split, not every call
         return self.profile
+
+    def _alone_s(self, threads: Threads) -> float:
+        """The draft's s/token on its `alone` threads: the profile's, scaled as measured."""
+        times = self._thread_times
+        if not threads.alone or not times.get(threads.draft):
+            return 0.0
+        return self.profile.draft_token_s * times[threads.alone] / times[threads.draft]
 
     def _solo(self, method: str, threads: Threads, again: bool) -> tuple[list[float], int]:
         """duo's solo lookup rounds' times and thread count (profiler.solo_times), or none."""

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import add_model_args, fail, load_options, quiet_logs  # noqa: E402
 from core.branching import step_ratio  # noqa: E402
-from core.budget import MAX_GAMMA, DraftBudget, Profile, expected_tokens  # noqa: E402
+from core.bands import expected_tokens  # noqa: E402
+from core.budget import MAX_GAMMA, DraftBudget, Profile  # noqa: E402
 from core.fusion import LOOKUP_MAX  # noqa: E402
 from models.pairs.catalog import PairError  # noqa: E402
 

@@ -27,6 +27,10 @@ PREFILL = {"own": 2.0, "copy": 1.0}
 # flash attention, so the drafts the tests count are the ones every earlier run counted; the
 # plain kernel has tests of its own (test_draft_attention.py)
 ATTENTION = {"flash": 0.02, "plain": 0.02}
+# the draft's s/token per thread count (models/fit/profiler.py pick_draft_threads): one thread
+# the fastest, so the suite's drafts keep one thread alone too (two xdist workers share the
+# cores); the draft alone on more has tests of its own (test_draft_alone.py)
+THREADS_S = 0.02
 SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
 
@@ -97,6 +101,11 @@ def use_fixed_profiles() -> None:
             return _store(profiler.cache_root() / file, key,
                           PREFILL if file == "draft_prefill.json" else ATTENTION)
         name = next((n for n in FIXED if f"|{n}|" in key), None)
+        if file == "draft_threads.json" and name is not None:
+            cap = int(key.rsplit("|cap", 1)[1])
+            counts = {n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap}
+            return _store(profiler.cache_root() / file, key,
+                          {str(n): THREADS_S * (1 + 0.1 * (n - 1)) for n in sorted(counts)})
         if file != "profiles.json" or name is None:
             return measured(file, key, measure, *args, **kwargs)
         threads = int(key.rsplit("|target", 1)[1])

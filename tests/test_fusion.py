@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.backends import Draft
-from core.budget import DraftBudget, LookupBands, Profile
+from core.bands import LookupBands
+from core.budget import DraftBudget, Profile
 from core import fusion
 from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy
 from core.suffix import ContextLookup

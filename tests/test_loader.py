@@ -42,7 +42,7 @@ def test_placement_is_one_value_for_every_method():
     assert fixed.for_method("vanilla") == Threads(0, 8, 0)
     assert fixed.for_method("duo") == Threads(4, 8, 16, overlapped=True)
     assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cpu", 1)) == (15, 8, 1)
-    assert cpu.for_method("duo").to_dict() == {"draft": 4, "target": 8, "prefill": 16}
+    assert cpu.for_method("duo").to_dict() == {"draft": 4, "target": 8, "prefill": 16, "alone": 0}
 
 
 def test_no_split_puts_more_busy_threads_than_cores():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from core.backends import Draft, Proposal, QRows, SampleCheck
-from core.budget import LookupBands
+from core.bands import LookupBands
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
 from core.fusion import LookupPolicy

@@ -1,5 +1,5 @@
 """The lookup's two sources learned apart: the generation's own context and the memory of
-earlier requests (core/budget.py LookupBands, core/suffix.py ContextLookup, core/fusion.py):
+earlier requests (core/bands.py LookupBands, core/suffix.py ContextLookup, core/fusion.py):
 an unrelated request's text matches as long as this one's own but passes less often, so its
 misses must not price the context's copies down, nor its long matches win by length alone."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 
 from core.backends import Draft
 from core.branching import FirstTokenOdds
-from core.budget import BAND_PRIOR, MEMORY_PRIOR, DraftBudget, LookupBands, Profile
+from core.bands import BAND_PRIOR, MEMORY_PRIOR, LookupBands
+from core.budget import DraftBudget, Profile
 from core.fusion import LookupPolicy
 from core.metrics import GenerationStats
 from core.suffix import ContextLookup, SuffixMemory

@@ -78,7 +78,7 @@ def test_draft_threads_timed_under_load_are_timed_again_once_quiet(machine, monk
     timed = []
     monkeypatch.setattr(profiler, "_time_threads",
                         lambda drafter, candidates: timed.append(1) or {"1": 0.004, "2": 0.002})
-    key = f"v2|{profiler.machine_key()}|pair|draft.gguf|cap2"
+    key = f"v3|{profiler.machine_key()}|pair|draft.gguf||cap2"
     busy = {key: {"value": {"1": 0.004, "2": 0.009}, "load": 0.5}}
     (machine.cache / "draft_threads.json").write_text(json.dumps(busy))
     machine.now = 0.45

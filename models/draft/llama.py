@@ -57,7 +57,12 @@ class LlamaDrafter(Branches):
         cp.flash_attn_type = FLASH_ATTN_TYPE[attention]
         self.ctx = internals.LlamaContext(model=self.model, params=cp, verbose=False)
         self.n_ctx, self.n_batch, self.max_seqs = n_ctx, n_batch, max_seqs
-        self.n_threads = n_threads
+        self.n_threads = self._applied = n_threads
+        # while `alone` is set (core/scheduler.py: the caller waits for this draft, nothing
+        # else decodes) each decode runs on `alone_threads` (0: n_threads)
+        self.alone: threading.Event | None = None
+        self.alone_threads = 0
+        self.thread_pool = thread_pool()  # its timings by thread count are kept per kind
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
@@ -188,7 +193,7 @@ class LlamaDrafter(Branches):
     def set_threads(self, n: int) -> int:
         """Returns the previous count."""
         prev, self.n_threads = self.n_threads, n
-        C.llama_set_n_threads(self.ctx.ctx, n, n)
+        self._use_threads(n)
         if self.prefill is not None:
             self.prefill.set_threads(n)
         return prev
@@ -252,7 +257,14 @@ class LlamaDrafter(Branches):
             return len(self.tokens)
         return self.branch_base[seq] + len(self.branches[seq])
 
+    def _use_threads(self, n: int) -> None:
+        if n != self._applied:
+            C.llama_set_n_threads(self.ctx.ctx, n, n)
+            self._applied = n
+
     def _run(self) -> None:
+        alone = self.alone_threads and self.alone is not None and self.alone.is_set()
+        self._use_threads(self.alone_threads if alone else self.n_threads)
         rc = C.llama_decode(self.ctx.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}); context full?")
@@ -279,6 +291,15 @@ class LlamaDrafter(Branches):
             self.batch = None
         self.ctx.close()
         self.model.close()
+
+
+def thread_pool() -> str:
+    """How this llama.cpp build runs its threads: "openmp", or "ggml" (its own pool; the
+    Makefile builds it so). With OpenMP, in a process whose torch runs OpenMP teams too, the
+    draft's decodes on 2 threads waited at every barrier (37 ms a token against 20 on one and
+    12 on ggml's pool, 2-core Intel Xeon): the draft's thread timings are kept per kind, and
+    an OpenMP draft never takes more threads alone than beside the target (models/loader.py)."""
+    return "openmp" if b"OPENMP = 1" in C.llama_print_system_info() else "ggml"
 
 
 def extra_buffers_safe() -> bool:

@@ -10,20 +10,26 @@ from dataclasses import dataclass
 class Threads:
     """One generation's thread settings. `draft` 0: the draft does not run (vanilla);
     `prefill` 0: the prompt prefills keep the decode counts; `overlapped`: draft and target
-    decode at the same time (duo), so their sum is what the cores must hold."""
+    decode at the same time (duo), so their sum is what the cores must hold; `alone` (duo):
+    the draft's count while the target waits for its chunk (0: `draft`), the target idle."""
     draft: int
     target: int
     prefill: int = 0
     overlapped: bool = False
+    alone: int = 0
 
     @property
     def busy(self) -> int:
-        """The most threads busy at once: both sides in duo, the larger side in sps (draft
-        and verify take turns), the target alone in vanilla."""
-        return self.draft + self.target if self.overlapped else max(self.draft, self.target)
+        """The most threads busy at once: both sides in duo (or the draft's `alone` count,
+        the target waiting), the larger side in sps (draft and verify take turns), the target
+        alone in vanilla."""
+        if self.overlapped:
+            return max(self.draft + self.target, self.alone)
+        return max(self.draft, self.target)
 
     def to_dict(self) -> dict:
-        return {"draft": self.draft, "target": self.target, "prefill": self.prefill}
+        return {"draft": self.draft, "target": self.target, "prefill": self.prefill,
+                "alone": self.alone}
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,14 @@ class Placement:
     measured count within the lower half, the target the upper half: never more busy threads
     than cores), and vanilla/sps give the target all of them. A compiled CPU target keeps the
     count it was compiled with (its graphs are guarded on it): duo's share (target_share), so
-    duo never oversubscribes; vanilla and sps run it at that count too."""
+    duo never oversubscribes; vanilla and sps run it at that count too. A draft that runs
+    alone (sps's turns; duo's chunk the target waits for) takes `draft_alone`, the fastest
+    measured within every core, where that beats its share."""
     target_device: str
     cores: int
     draft_threads: int  # the fastest measured within draft_share()
     target_fixed: int | None = None
+    draft_alone: int = 0  # the fastest measured within `cores` (0: draft_threads)
 
     @property
     def on_cuda(self) -> bool:
@@ -46,9 +55,9 @@ class Placement:
 
     def for_method(self, method: str) -> Threads:
         """The Threads while `method` decodes (its prompt prefills too)."""
-        draft = 0 if method in ("vanilla", "lookup") else self.draft_threads  # no draft model
+        draft, alone = self._draft_threads(method)
         if self.on_cuda:
-            return Threads(draft, 1, 0, method == "duo")
+            return Threads(draft, 1, 0, method == "duo", alone)
         if self.target_fixed:
             target = self.target_fixed
         else:
@@ -57,11 +66,22 @@ class Placement:
         # every core (a compiled target's long-prompt prefill is eager: it takes them too);
         # vanilla's prefill is its first verify, at the decode count
         prefill = self.cores if draft else 0
-        return Threads(draft, target, prefill, method == "duo")
+        return Threads(draft, target, prefill, method == "duo", alone)
+
+    def _draft_threads(self, method: str) -> tuple[int, int]:
+        """The draft's count beside the target and alone (Threads.draft, Threads.alone)."""
+        if method in ("vanilla", "lookup"):  # no draft model
+            return 0, 0
+        alone = self.draft_alone if self.draft_alone > self.draft_threads else 0
+        if method == "duo":
+            return self.draft_threads, alone
+        return alone or self.draft_threads, 0  # sps: the draft always runs alone
 
     def apply(self, threads: Threads, drafter, target) -> Threads:
         if threads.draft:
             drafter.set_threads(threads.draft)
+            if hasattr(drafter, "alone_threads"):
+                drafter.alone_threads = threads.alone
         target.set_threads(threads.target)
         return threads
 

@@ -165,12 +165,14 @@ def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
 
 def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None,
                        remeasure: bool = False) -> dict[int, float]:
-    """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (the cores the target leaves),
-    measured per machine, pair and draft file; the caller takes the fastest."""
+    """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (every core), the target idle,
+    measured per machine, pair and draft file; the caller takes the fastest within the
+    draft's share beside the target, and the fastest of all for the draft alone."""
     candidates = sorted({n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap})
     if len(candidates) == 1:
         return {cap: 0.0}
-    key = f"v2|{machine_key()}|{pair_name}|{drafter.name}|cap{cap}"
+    pool = getattr(drafter, "thread_pool", "")  # LlamaDrafter: openmp or ggml
+    key = f"v3|{machine_key()}|{pair_name}|{drafter.name}|{pool}|cap{cap}"
     entry = measured("draft_threads.json", key, lambda: _time_threads(drafter, candidates),
                      remeasure, progress,
                      f"timing the draft at {', '.join(map(str, candidates))} threads")

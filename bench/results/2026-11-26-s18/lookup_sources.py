@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from core.budget import LookupBands  # noqa: E402
+from core.bands import LookupBands  # noqa: E402
 from core.suffix import ContextLookup, SuffixMemory  # noqa: E402
 from measure.replay import edited  # noqa: E402
 from models.pairs.catalog import draft_path, get_pair, target_source  # noqa: E402
