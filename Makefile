@@ -7,9 +7,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install browser run test test-gpu gpu-report bench clean
 
-# llama.cpp on its own thread pool, not OpenMP: beside torch's OpenMP teams, its decodes on two
-# threads waited at every barrier (models/draft/llama.py thread_pool). A wheel built before
-# (pip's cache, an older venv) is built again once.
+# llama.cpp on its own thread pool, not OpenMP: under the OMP_WAIT_POLICY=PASSIVE that
+# models/__init__.py sets for torch, its decodes on two threads slept at every barrier
+# (models/draft/llama.py thread_pool). A wheel built with OpenMP before (pip's cache, an older
+# venv) is built again, once.
 LLAMA_CMAKE := -DGGML_OPENMP=OFF
 LLAMA_PIN = $$(grep -o '^llama-cpp-python==[0-9.]*' requirements.txt)
 OPENMP_BUILD := import llama_cpp, sys; sys.exit(b"OPENMP = 1" not in llama_cpp.llama_print_system_info())

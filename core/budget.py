@@ -5,8 +5,7 @@ Model of a `duo` round that verifies gamma draft tokens: the target scores gamma
 target's next token plus gamma). The round takes the max of the two. A chunk is usable when
 every token passed and its guess matched (alpha^(gamma+1)); otherwise the next round has no
 draft and yields one target token. A two-state Markov chain gives the expected tokens/s.
-For `sps` the two run one after the other. A draft that outlasts the verify writes the rest
-alone, the target waiting: on more threads where that measured faster (Profile.draft_alone_s).
+For `sps` the two run one after the other.
 """
 from __future__ import annotations
 
@@ -28,9 +27,6 @@ class Profile:
     # worker idle (a lookup round without the draft beside it); empty: no solo rounds
     solo_verify_s: list[float] = field(default_factory=list)
     solo_threads: int = 0
-    # the draft's s/token on the threads it takes while the target waits for it (duo); 0: the
-    # same threads as beside the target (Placement.for_method)
-    draft_alone_s: float = 0.0
 
     def verify(self, n: int) -> float:
         return _curve(self.verify_s, n)
@@ -42,8 +38,7 @@ class Profile:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
                 "draft_step_s": self.draft_step_s, "device": self.device,
                 "draft_threads": self.draft_threads, "load": self.load,
-                "solo_verify_s": self.solo_verify_s, "solo_threads": self.solo_threads,
-                "draft_alone_s": self.draft_alone_s}
+                "solo_verify_s": self.solo_verify_s, "solo_threads": self.solo_threads}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
@@ -51,7 +46,7 @@ class Profile:
         threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
         return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
                    threads, d.get("load"), list(d.get("solo_verify_s", [])),
-                   d.get("solo_threads", 0), d.get("draft_alone_s", 0.0))
+                   d.get("solo_threads", 0))
 
 
 def _curve(times: list[float], n: int) -> float:
@@ -80,17 +75,6 @@ class DraftBudget:
     # -- the cost model -------------------------------------------------------------------
     def draft_s(self, n: int) -> float:
         return n * self.profile.draft_token_s * self.draft_scale
-
-    @property
-    def alone_ratio(self) -> float:
-        """The draft's time per token alone (the target waiting) over beside the target."""
-        alone, beside = self.profile.draft_alone_s, self.profile.draft_token_s
-        return min(1.0, alone / beside) if alone > 0 and beside > 0 else 1.0
-
-    def round_s(self, verify_s: float, draft_s: float) -> float:
-        """A duo round: a verify of `verify_s` beside a draft of `draft_s` (its time beside
-        the target); what the draft has left when the verify ends runs alone."""
-        return verify_s + max(0.0, draft_s - verify_s) * self.alone_ratio
 
     def batch_s(self, k: int) -> float:
         """One draft decode of k tokens at once (k sequences a step, or k positions of one):
@@ -135,8 +119,8 @@ class DraftBudget:
         tokens_full = (1 - a ** (gamma + 1)) / (1 - a)  # accepted + the target's own token
         if not self.overlap:
             return tokens_full / (self.draft_s(gamma) + self.verify_s(gamma + 1))
-        t_full = self.round_s(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
-        t_empty = self.round_s(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
+        t_full = max(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
+        t_empty = max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
         stay, enter = a ** (gamma + 1), a  # P(full -> full), P(empty -> full)
         pi_full = enter / (enter + 1 - stay)
         tokens = pi_full * tokens_full + (1 - pi_full)
@@ -149,9 +133,9 @@ class DraftBudget:
         time a round: a chain of full, pre-drafted and empty rounds (hit 0: expected_rate)."""
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
         fitted = self.draft_s(self.empty_chunk(gamma, depth)) + extra_s
-        times = (self.round_s(self.verify_s(gamma + 1), self.draft_s(gamma + 1) + extra_s),
-                 self.round_s(self.verify_s(depth + 1), fitted),
-                 self.round_s(self.verify_s(1), self.draft_s(self.empty_chunk(gamma))))
+        times = (max(self.verify_s(gamma + 1), self.draft_s(gamma + 1) + extra_s),
+                 max(self.verify_s(depth + 1), fitted),
+                 max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma))))
         tokens = ((1 - a ** (gamma + 1)) / (1 - a), (1 - a ** (depth + 1)) / (1 - a), 1.0)
         rows = []
         for stay in (a ** (gamma + 1), a ** (depth + 1)):  # full, pre-drafted: -> full, pre, empty
@@ -217,13 +201,11 @@ class DraftBudget:
 
     # -- online adaptation ----------------------------------------------------------------
     def observe(self, drafted: int, accepted: int, draft_s: float = 0.0, draft_n: float = 0,
-                verify_s: float = 0.0, verify_n: int = 0, alone_s: float = 0.0) -> int:
-        """Feed one round's outcome and times; returns the gamma for the next round.
-        `alone_s`: the part of `draft_s` the draft ran alone, counted at its time beside."""
+                verify_s: float = 0.0, verify_n: int = 0) -> int:
+        """Feed one round's outcome and times; returns the gamma for the next round."""
         self.since_probe = 0 if self.gamma else self.since_probe + 1  # this round's gamma
         if drafted:
             self.learn_alpha(drafted, accepted)
-        draft_s += min(alone_s, draft_s) * (1 / self.alone_ratio - 1)
         if draft_n and draft_s > 0:
             ratio = draft_s / (draft_n * self.profile.draft_token_s)
             self.draft_scale += self.ema * (ratio - self.draft_scale)

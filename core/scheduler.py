@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 from core.backends import Branching, Drafter, Plan, Proposal
@@ -27,16 +27,9 @@ CATCH_UP_S = 0.01  # the timeout grows by this per context token: a long prompt'
 @dataclass(frozen=True)
 class DraftTiming:
     """When the worker ran one job (perf_counter start/end) and for how long; `busy_s`
-    includes the proposal's own `sync_s`; `alone_s`: the part the caller waited for it."""
+    includes the proposal's own `sync_s`."""
     busy_s: float = 0.0
     span: tuple[float, float] = (0.0, 0.0)
-    alone_s: float = 0.0
-
-    def waited_from(self, since: float | None) -> "DraftTiming":
-        """These times, the caller waiting for the job from `since` (None: it did not)."""
-        if since is None or self.span == (0.0, 0.0):
-            return self
-        return replace(self, alone_s=max(0.0, self.span[1] - max(self.span[0], since)))
 
 
 class Drafted(NamedTuple):
@@ -62,9 +55,8 @@ class DraftJob:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
         time (the worker then says why in its `warnings` and drafts no more)."""
         if self._drafted is None:
-            with self._worker.waited_on(self._future) as since:
-                drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
-            self._drafted = Drafted(drafted.proposal, drafted.timing.waited_from(since))
+            with self._worker.waited_on(self._future):
+                self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
         return self._drafted
 
     def late(self) -> bool:
@@ -165,15 +157,14 @@ class DraftWorker:
         return drafted
 
     @contextmanager
-    def waited_on(self, future: Future) -> Iterator[float | None]:
-        """The block waits for `future`: `waiting` is set meanwhile, unless it is done;
-        yields when the wait began (None: it did not)."""
+    def waited_on(self, future: Future) -> Iterator[None]:
+        """The block waits for `future`: `waiting` is set meanwhile, unless it is done."""
         if future.done():
-            yield None
+            yield
             return
         self.waiting.set()
         try:
-            yield time.perf_counter()
+            yield
         finally:
             self.waiting.clear()
 

@@ -182,7 +182,7 @@ class Telemetry:
                 n += depth * (step_ratio(steps, k + len(proposal.predrafts)) - step_ratio(steps, k))
         budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
                        draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
-                       verify_n=scored, alone_s=timing.alone_s if n else 0.0)
+                       verify_n=scored)
 
     def _model_part(self, rec: RoundRecord, trials: int, passed: int) -> tuple[int, int]:
         """The model draft's trials and passes of a round (the lookup's tokens are learned

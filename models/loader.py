@@ -147,9 +147,9 @@ class Pair:
 
     def _alone_threads(self, times: dict[int, float], beside: int) -> int:
         """The draft's count alone (Placement.draft_alone): the fastest measured, but never
-        more than `beside` on an OpenMP build of llama.cpp (LlamaDrafter.thread_pool: its
-        decodes on 2 threads measured fast at load, then waited at every barrier once torch
-        ran teams of its own in the process)."""
+        more than `beside` on an OpenMP build of llama.cpp (LlamaDrafter.thread_pool: under
+        models/__init__.py's passive wait policy its decodes on 2 threads slept at every
+        barrier)."""
         from models.fit.profiler import fastest_threads
 
         if getattr(self.drafter, "thread_pool", "") == "openmp":
@@ -185,7 +185,6 @@ class Pair:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
-        self.profile.draft_alone_s = self._alone_s(threads)
         solo, solo_threads = self._solo(method, threads, again)  # then both priced as run:
         self.profile.verify_s = self.target.pad_chunks(self.profile.verify_s, threads.target)
         if solo:
@@ -194,20 +193,13 @@ class Pair:
         self._remeasured.add(split)  # --remeasure: once per thread split, not every call
         return self.profile
 
-    def _alone_s(self, threads: Threads) -> float:
-        """The draft's s/token on its `alone` threads: the profile's, scaled as measured."""
-        times = self._thread_times
-        if not threads.alone or not times.get(threads.draft):
-            return 0.0
-        return self.profile.draft_token_s * times[threads.alone] / times[threads.draft]
-
     def _solo(self, method: str, threads: Threads, again: bool) -> tuple[list[float], int]:
         """duo's solo lookup rounds' times and thread count (profiler.solo_times), or none."""
         from models.fit.profiler import solo_times
 
         if method != "duo" or self.target.device.startswith("cuda"):
             return [], 0  # a GPU verify loses nothing to the draft beside it
-        split = (threads.draft, threads.prefill)  # sps's: measured again once for both
+        split = (threads.alone or threads.draft, threads.prefill)  # sps's: measured once for both
         again = again and split not in self._remeasured
         self._remeasured.add(split)
         return solo_times(self.spec.name, self.drafter, self.target, threads, self.profile,
@@ -308,8 +300,9 @@ class Pair:
         """The placement line's two halves, for the app."""
         duo = self.threads("duo")
         fmt = self.draft_format
-        return {"draft": f"CPU, {duo.draft} thread(s), {fmt.path.name} ({fmt.kind}), attention: "
-                         f"{self.attention_choice.reason}, prompt "
+        alone = f" ({duo.alone} alone)" if duo.alone else ""
+        return {"draft": f"CPU, {duo.draft} thread(s){alone}, {fmt.path.name} ({fmt.kind}), "
+                         f"attention: {self.attention_choice.reason}, prompt "
                          f"prefill: {self.prefill_choice.reason}",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -19,8 +20,9 @@ from models.fit.placement import half_up
 
 CORES = 4  # os.cpu_count() as the defaults see it: a split with two threads a side
 FAST, SLOW = [0.010, 0.030], [0.014, 0.040]  # s per 1- and 8-token forward
-# draft s/token by threads: 2 the fastest within the draft's half, 4 (every core) alone
-DRAFT_TIMES = {1: 0.010, 2: 0.006, 4: 0.004}
+# draft s/token by threads: 2 the fastest, alone too (4 alone on this test's 2 real cores
+# would oversubscribe them: llama.cpp's pool spins; test_draft_alone.py has the draft alone)
+DRAFT_TIMES = {1: 0.010, 2: 0.006, 4: 0.007}
 PROFILE = Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
 PROMPT = "Why is the sky blue?"
 
@@ -77,7 +79,8 @@ def test_duo_gets_the_path_precision_and_split_measured_for_duo(default_pair):
     assert stats["target_path"] == ("static-compiled" if compiled else "eager")
     assert (stats["target_quant"], stats["target_dtype"], stats["target_device"]) == \
         ("none", "float32", "cpu")
-    assert stats["threads"] == {"draft": 2, "target": share, "prefill": CORES, "alone": CORES}
+    assert stats["threads"] == {"draft": 2, "target": share, "prefill": CORES, "alone": 0}
+    assert "CPU, 2 thread(s), " in pair.describe()["draft"]
     assert pair.target.fixed_threads == (share if compiled else None)
     assert f"auto: {winner} measured faster as duo runs it on this CPU: {share} thread(s)" in \
         pair.describe()["target"]
@@ -96,7 +99,7 @@ def test_no_method_puts_more_busy_threads_than_cores(default_pair):
         busy = max(t["draft"] + t["target"], t["alone"]) if method == "duo" else \
             max(t["draft"], t["target"])
         assert busy <= CORES and pair.threads(method).busy == busy, (method, t)
-        assert t["draft"] == {"vanilla": 0, "sps": CORES, "duo": 2}[method]
+        assert t["draft"] == (0 if method == "vanilla" else 2)
 
 
 ALL = ("vanilla", "sps", "duo", "hf-assisted", "hf-pld", "hf-static", "llamacpp")
@@ -117,6 +120,9 @@ def test_the_benchmark_runs_every_method_on_the_default_pair(default_pair, tmp_p
     # nor the benchmark's warm-up: one more run a method, on another prompt, unchecked (the
     # methods' runs below are the subject; test_gpu_report.py runs a benchmark with it)
     monkeypatch.setattr(bench, "warm_up", lambda runs, raw: None)
+    # the peers (llama.cpp's threads spin at its barriers) on the cores there are, not CORES
+    cores = min(CORES, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(pair, "opts", replace(pair.opts, cores=cores))
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "c", "turns": [PROMPT]}))
     attention = pair.target.model.config._attn_implementation

@@ -1,6 +1,6 @@
-"""The draft alone: while duo's target waits for a chunk, the draft decodes on every core
-where that measured faster (models/fit/placement.py, core/scheduler.py, LlamaDrafter); the
-budget prices the rest of a chunk past the verify at that speed (core/budget.py)."""
+"""The draft alone: in sps's turns, and while duo's target waits for a chunk, the draft
+decodes on every core where that measured faster (models/fit/placement.py,
+core/scheduler.py, LlamaDrafter)."""
 from __future__ import annotations
 
 import threading
@@ -8,47 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from core.budget import DraftBudget, Profile
-from core.scheduler import DraftWorker
 from core.sampling import SamplingConfig
+from core.scheduler import DraftWorker
+from models.draft.pace import PROBE_EVERY, Pace
 from models.fit.placement import Placement, Threads
-from tests.fakes import FakeDrafter, fake_profile, markov
-
-
-def alone_profile(ratio: float) -> Profile:
-    prof = fake_profile(draft_s=0.02, verify_base=0.04, verify_per_token=0.004)
-    prof.draft_alone_s = prof.draft_token_s * ratio
-    return prof
-
-
-def test_a_chunk_past_the_verify_is_priced_at_the_draft_s_speed_alone():
-    one, half = (DraftBudget(alone_profile(r), alpha=0.9) for r in (1.0, 0.5))
-    assert one.alone_ratio == 1.0 and half.alone_ratio == 0.5
-    assert one.round_s(0.05, 0.03) == half.round_s(0.05, 0.03) == 0.05  # within the verify
-    assert one.round_s(0.05, 0.09) == pytest.approx(0.09)
-    assert half.round_s(0.05, 0.09) == pytest.approx(0.07)  # 40 ms left, at half the time
-    assert half.gamma > one.gamma  # a draft faster alone earns a longer chunk
-    assert half.expected_rate(6) > one.expected_rate(6)
-    slower = alone_profile(1.5)  # never priced slower than beside the target
-    assert DraftBudget(slower).alone_ratio == 1.0
-
-
-def test_time_alone_is_learned_as_its_time_beside_the_target():
-    """A chunk of 4 tokens in 60 ms, 40 of them alone at half the time beside: 100 ms
-    beside the target, 1.25x the profile's 4 x 20 ms."""
-    b = DraftBudget(alone_profile(0.5), ema=1.0)
-    b.observe(4, 4, draft_s=0.06, draft_n=4, alone_s=0.04)
-    assert b.draft_scale == pytest.approx(0.1 / 0.08)
-    plain = DraftBudget(alone_profile(1.0), ema=1.0)
-    plain.observe(4, 4, draft_s=0.06, draft_n=4, alone_s=0.04)  # the same threads alone
-    assert plain.draft_scale == pytest.approx(0.06 / 0.08)
-
-
-def test_the_profile_keeps_the_draft_s_time_alone():
-    prof = alone_profile(0.6)
-    assert Profile.from_dict(prof.to_dict()).draft_alone_s == pytest.approx(0.012)
-    del_key = {k: v for k, v in prof.to_dict().items() if k != "draft_alone_s"}
-    assert Profile.from_dict(del_key).draft_alone_s == 0.0  # an older cache entry
+from tests.fakes import FakeDrafter, markov
 
 
 def test_the_draft_alone_takes_every_core_only_where_it_measured_faster():
@@ -107,14 +71,13 @@ def test_the_worker_says_when_its_caller_waits_for_the_draft():
         assert drafter.alone is worker.waiting
         job = worker.submit([1, 2, 3], 4)
         threading.Timer(0.05, gate.set).start()  # the draft goes on once the caller waits
-        drafted = job.result()
+        job.result()
         assert drafter.seen == [True] and not worker.waiting.is_set()
-        assert 0 < drafted.timing.alone_s <= drafted.timing.busy_s
-        done = worker.submit([1, 2, 3, 4], 4)
+        done = worker.submit([1, 2, 3, 4], 4)  # ready before anyone waits: never set
         while not done.done():
             pass
-        assert done.result().timing.alone_s == 0.0  # ready before anyone waited
-        assert drafter.seen == [True, False]
+        done.result()
+        assert drafter.seen == [True, False] and not worker.waiting.is_set()
     finally:
         gate.set()
         worker.close()
@@ -135,6 +98,7 @@ def test_a_llama_draft_decodes_on_its_count_alone_while_the_caller_waits(smol_pa
     drafter.alone, drafter.alone_threads = threading.Event(), 2
     try:
         drafter._use_threads = use
+        drafter.pace.prefers = lambda more, fewer: True  # as if 2 decoded faster
         context = smol_pair.prompt_ids("Count from one to ten.")
         drafts = []
         for alone in (False, True):
@@ -145,7 +109,7 @@ def test_a_llama_draft_decodes_on_its_count_alone_while_the_caller_waits(smol_pa
             assert set(counts) == ({2} if alone else {1})
         assert drafts[0] == drafts[1] and len(drafts[0]) == 6
     finally:
-        del drafter._use_threads
+        del drafter._use_threads, drafter.pace.prefers
         drafter.alone, drafter.alone_threads = event, prev_alone
         drafter.set_threads(prev)
 
@@ -163,8 +127,40 @@ def test_greedy_output_is_the_target_s_with_the_draft_alone_on_two_threads(smol_
     counts = []
     real = smol_pair.drafter._use_threads
     monkeypatch.setattr(smol_pair.drafter, "_use_threads", lambda n: (counts.append(n), real(n)))
+    monkeypatch.setattr(smol_pair.drafter.pace, "prefers", lambda more, fewer: True)
     ids = smol_pair.prompt_ids("Name three rivers of Europe.")
     cfg = GenConfig(method=method, max_new_tokens=40, sampling=SamplingConfig(0.0), lookup="off")
     got = [t for ev in smol_pair.generate(ids, cfg) for t in ev.tokens]
     assert got == vanilla_ids(smol_pair, ids, 40)
     assert 2 in counts
+    assert "CPU, 1 thread(s) (2 alone), " in smol_pair.describe()["draft"]
+
+
+@pytest.mark.parametrize("pool, alone", [("ggml", 2), ("openmp", 1)])
+def test_an_openmp_draft_keeps_its_share_alone(smol_pair, monkeypatch, pool, alone):
+    """Timed faster on 2 threads: llama.cpp's own pool takes them alone; an OpenMP build,
+    whose barriers sleep under the passive wait policy set for torch, keeps one."""
+    import models.fit.profiler as profiler
+
+    monkeypatch.setattr(profiler, "pick_draft_threads", lambda *a, **k: {1: 0.02, 2: 0.012})
+    monkeypatch.setattr(smol_pair.drafter, "thread_pool", pool)
+    monkeypatch.setattr(smol_pair, "_placement", None)
+    monkeypatch.setattr(smol_pair, "_thread_times", smol_pair._thread_times)  # set back after
+    monkeypatch.setattr(smol_pair, "opts", replace(smol_pair.opts, cores=2))
+    placed = smol_pair.placement()
+    assert (placed.draft_threads, placed.draft_alone) == (1, alone)
+
+
+def test_the_draft_gives_its_cores_back_while_more_threads_decode_slower():
+    """Another program on a core: 2 threads decode slower than 1; the draft keeps 1 alone,
+    timing 2 again once every PROBE_EVERY decodes, and takes 2 again when they are faster."""
+    pace = Pace()
+    assert pace.prefers(2, 1)  # nothing timed yet
+    pace.observe(1, 0.020)
+    assert pace.prefers(2, 1)
+    pace.observe(2, 0.040)
+    asked = [pace.prefers(2, 1) for _ in range(2 * PROBE_EVERY)]
+    assert asked.count(True) == 2 and asked[PROBE_EVERY - 1] and asked[-1]
+    for _ in range(10):  # the other program ended
+        pace.observe(2, 0.012)
+    assert all(pace.prefers(2, 1) for _ in range(5))

@@ -143,28 +143,33 @@ def test_plain_decoding_probes_across_short_generations():
 
 def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
     """duo's solo lookup rounds: the times of the split that gives the target every core
-    (measured at that count), where they beat duo's own; none where they do not, where the
-    target has every core already, or where it was compiled for one count."""
+    (sps's, measured at that count, the draft on its count alone), where they beat duo's
+    own; none where they do not, where the target has every core already, or where it was
+    compiled for one count."""
     from models.fit.placement import Threads
-    from tests.fakes import FakeTarget
+    from tests.fakes import FakeDrafter, FakeTarget
 
     own = Profile(0.005, [0.05 + 0.002 * n for n in range(32)])
     seen = []
 
     def load(name, drafter, target, split, remeasure=False, progress=None):
-        seen.append((split, target.threads))
+        seen.append((split, drafter.threads, target.threads))
         return Profile(0.005, [scale * v for v in own.verify_s])
     monkeypatch.setattr(profiler, "load_or_measure", load)
     duo, target = Threads(1, 1, 2, overlapped=True), FakeTarget(np.eye(4))
+    drafter = FakeDrafter(np.eye(4))
     target.set_threads(1)
     scale = 0.6
-    times, count = profiler.solo_times("pair", DRAFTER, target, duo, own)
+    times, count = profiler.solo_times("pair", drafter, target, duo, own)
     assert count == 2 and times == pytest.approx([0.6 * v for v in own.verify_s])
     scale = 1.2
-    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == ([], 0)
-    assert seen == [((1, 2), 2)] * 2 and target.threads == 1
+    assert profiler.solo_times("pair", drafter, target, duo, own) == ([], 0)
+    assert seen == [((1, 2), 1, 2)] * 2 and target.threads == 1
+    faster_alone = Threads(1, 1, 2, overlapped=True, alone=2)  # sps's draft takes both
+    profiler.solo_times("pair", drafter, target, faster_alone, own)
+    assert seen[-1] == ((2, 2), 2, 2) and (drafter.threads, target.threads) == (1, 1)
     target.fixed_threads = 1  # compiled for duo's count: another would recompile
-    assert profiler.solo_times("pair", DRAFTER, target, duo, own) == ([], 0)
+    assert profiler.solo_times("pair", drafter, target, duo, own) == ([], 0)
     alone = Threads(1, 2, 2, overlapped=True)  # the target has every core already
-    assert profiler.solo_times("pair", DRAFTER, FakeTarget(np.eye(4)), alone, own) == ([], 0)
-    assert len(seen) == 2
+    assert profiler.solo_times("pair", drafter, FakeTarget(np.eye(4)), alone, own) == ([], 0)
+    assert len(seen) == 3

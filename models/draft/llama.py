@@ -17,6 +17,7 @@ from core.backends import Branching, Draft, Draws, Plan, Proposal
 from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
 from models.draft.branches import Branches
+from models.draft.pace import Pace
 from models.quiet import route_llama_logs
 
 route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr
@@ -59,9 +60,11 @@ class LlamaDrafter(Branches):
         self.n_ctx, self.n_batch, self.max_seqs = n_ctx, n_batch, max_seqs
         self.n_threads = self._applied = n_threads
         # while `alone` is set (core/scheduler.py: the caller waits for this draft, nothing
-        # else decodes) each decode runs on `alone_threads` (0: n_threads)
+        # else decodes) each decode runs on `alone_threads` (0: n_threads) while `pace` finds
+        # that faster than n_threads
         self.alone: threading.Event | None = None
         self.alone_threads = 0
+        self.pace = Pace()
         self.thread_pool = thread_pool()  # its timings by thread count are kept per kind
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
@@ -262,12 +265,20 @@ class LlamaDrafter(Branches):
             C.llama_set_n_threads(self.ctx.ctx, n, n)
             self._applied = n
 
+    def _alone_now(self) -> bool:
+        if not (self.alone_threads and self.alone is not None and self.alone.is_set()):
+            return False
+        return self.pace.prefers(self.alone_threads, self.n_threads)
+
     def _run(self) -> None:
-        alone = self.alone_threads and self.alone is not None and self.alone.is_set()
-        self._use_threads(self.alone_threads if alone else self.n_threads)
+        n = self.alone_threads if self._alone_now() else self.n_threads
+        self._use_threads(n)
+        t0 = time.perf_counter()
         rc = C.llama_decode(self.ctx.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}); context full?")
+        if self.batch.n_tokens == 1:
+            self.pace.observe(n, time.perf_counter() - t0)
 
     def _logits(self, i: int) -> np.ndarray:
         ptr = C.llama_get_logits_ith(self.ctx.ctx, i)
@@ -295,10 +306,11 @@ class LlamaDrafter(Branches):
 
 def thread_pool() -> str:
     """How this llama.cpp build runs its threads: "openmp", or "ggml" (its own pool; the
-    Makefile builds it so). With OpenMP, in a process whose torch runs OpenMP teams too, the
-    draft's decodes on 2 threads waited at every barrier (37 ms a token against 20 on one and
-    12 on ggml's pool, 2-core Intel Xeon): the draft's thread timings are kept per kind, and
-    an OpenMP draft never takes more threads alone than beside the target (models/loader.py)."""
+    Makefile builds it so). With OpenMP, under the passive wait policy models/__init__.py
+    sets for torch, the draft's decodes on 2 threads slept at every barrier (37 ms a token
+    against 20 on one and 12 on ggml's pool, 2-core Intel Xeon): the draft's thread timings
+    are kept per kind, and an OpenMP draft never takes more threads alone than beside the
+    target (models/loader.py)."""
     return "openmp" if b"OPENMP = 1" in C.llama_print_system_info() else "ggml"
 
 

@@ -156,9 +156,9 @@ def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
     cores = threads.prefill
     if cores <= threads.target or getattr(target, "fixed_threads", None):
         return [], 0
-    with threads_of(target, cores):
-        wide = load_or_measure(pair_name, drafter, target, (threads.draft, cores), remeasure,
-                               progress)
+    split = (threads.alone or threads.draft, cores)  # sps's: its draft alone on them
+    with threads_of(target, cores), threads_of(drafter, split[0]):
+        wide = load_or_measure(pair_name, drafter, target, split, remeasure, progress)
     faster = sum(wide.verify_s) < sum(profile.verify_s)
     return (list(wide.verify_s), cores) if faster else ([], 0)
 
