@@ -141,20 +141,12 @@ class Pair:
             self._time_threads_again = False
             share = draft_share(device, cores)
             beside = fastest_threads({n: s for n, s in times.items() if n <= share})
-            self._placement = Placement(device, cores, beside, self.target.fixed_threads,
-                                        self._alone_threads(times, beside))
+            # an OpenMP build's threads slept at its barriers under models/__init__.py's
+            # passive wait policy (LlamaDrafter.thread_pool): it keeps its share alone too
+            openmp = getattr(self.drafter, "thread_pool", "") == "openmp"
+            alone = beside if openmp else fastest_threads(times)
+            self._placement = Placement(device, cores, beside, self.target.fixed_threads, alone)
         return self._placement
-
-    def _alone_threads(self, times: dict[int, float], beside: int) -> int:
-        """The draft's count alone (Placement.draft_alone): the fastest measured, but never
-        more than `beside` on an OpenMP build of llama.cpp (LlamaDrafter.thread_pool: under
-        models/__init__.py's passive wait policy its decodes on 2 threads slept at every
-        barrier)."""
-        from models.fit.profiler import fastest_threads
-
-        if getattr(self.drafter, "thread_pool", "") == "openmp":
-            return beside
-        return fastest_threads(times)
 
     def threads(self, method: str) -> Threads:
         """`method`'s thread settings (one question to the placement)."""

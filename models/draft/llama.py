@@ -271,14 +271,21 @@ class LlamaDrafter(Branches):
         return self.pace.prefers(self.alone_threads, self.n_threads)
 
     def _run(self) -> None:
+        """One decode of the batch; where the draft may run alone, a one-token decode is
+        timed for `pace` on the count it ran on."""
         n = self.alone_threads if self._alone_now() else self.n_threads
         self._use_threads(n)
+        if not self.alone_threads:
+            return self._decode()
         t0 = time.perf_counter()
+        self._decode()
+        if self.batch.n_tokens == 1:
+            self.pace.observe(n, time.perf_counter() - t0)
+
+    def _decode(self) -> None:
         rc = C.llama_decode(self.ctx.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc}); context full?")
-        if self.batch.n_tokens == 1:
-            self.pace.observe(n, time.perf_counter() - t0)
 
     def _logits(self, i: int) -> np.ndarray:
         ptr = C.llama_get_logits_ith(self.ctx.ctx, i)
