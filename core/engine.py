@@ -20,7 +20,7 @@ from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.rounds import (branch_policy, close_worker, flat_profile, plain_round, round_alone,
-                         predraft_plan, prefill_alone, prefill_beside, prefill_draft)
+                         predraft_plan, prefill_draft, prefill_duo)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.scheduler import Drafted, DraftWorker
@@ -236,12 +236,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     predraft = _predraft_policy(run, budget)
     draft, short = Draft(), False
     try:
-        if run.cfg.prefill_threads:  # cores are shared: the target's prefill first, with all
-            ev = prefill_alone(run, budget)
-            yield ev
-            if ev.done:
-                return
-            if (yield from prefill_beside(run, worker, budget)):  # the target goes on meanwhile
+        if run.cfg.prefill_threads:  # cores are shared: both prefills first (prefill_duo)
+            if (yield from prefill_duo(run, worker, budget)):
                 return
         while True:
             start = time.perf_counter()

@@ -12,9 +12,14 @@ from core.budget import DraftBudget, Profile
 from core.fusion import Pick
 from core.output import Event
 from core.predraft import PredraftPolicy
-from core.scheduler import DraftWorker
+from core.scheduler import DraftJob, DraftWorker
 
 CAUGHT_UP = 8  # tokens the draft may be behind when duo's rounds start (the first chunk syncs them)
+# duo, shared cores: a prompt of at most this many new tokens prefills the target at its own
+# count beside the draft's prefill (prefill_duo). On a 2-core Intel Xeon, smol-self: 36 to 83
+# tokens 0.96-0.97x the wall of the target's prefill on every core first; 87 to 126 mixed;
+# 170 to 613 1.01-1.06x (docs/draft.md#prompt-prefill)
+TOGETHER = 96
 
 
 def flat_profile() -> Profile:
@@ -93,22 +98,47 @@ def threads(backend: Target | Drafter, n: int) -> Iterator[None]:
         backend.set_threads(prev)
 
 
-def prefill_alone(run, budget: DraftBudget) -> Event:
-    with threads(run.target, run.cfg.prefill_threads):
+def prefill_alone(run, budget: DraftBudget, n_threads: int | None = None) -> Event:
+    """The target's prompt prefill (its first token) on `n_threads` (None: the prefill's
+    count, every core; 0: the target's own)."""
+    n = run.cfg.prefill_threads if n_threads is None else n_threads
+    with threads(run.target, n):
         verdict, vspan = run.verify(Draft())
     run.telemetry.target_prefill(budget, vspan)
     return run.commit(Draft(), verdict)
 
 
-def prefill_beside(run, worker: DraftWorker, budget: DraftBudget) -> Iterator[Event]:
-    """The draft's prompt prefill on its own thread(s) while the target goes on at its own
-    count, a round at a time (the lookup's, or one token), then its catch-up with what the
-    target wrote meanwhile, until it is at most CAUGHT_UP tokens behind (the next chunk's
-    job syncs those); returns whether a round ended the generation. A copying answer gets on
-    without waiting for the draft."""
+def prefill_duo(run, worker: DraftWorker, budget: DraftBudget) -> Iterator[Event]:
+    """duo's prefills where the draft and the target share the cores; returns whether a
+    round ended the generation. A prompt of at most TOGETHER new tokens: the draft's prefill
+    starts first, on its own thread(s), and the target's runs beside it at its own count
+    (a short prefill gains little from every core); a longer one: the target's first, on
+    every core. Either way the target goes on while the draft finishes (prefill_beside)."""
+    together = len(run.ctx) - run.target.n_cached <= TOGETHER
+    sent, job = len(run.ctx), worker.submit(run.ctx, 0) if together else None
+    try:
+        ev = prefill_alone(run, budget, 0 if together else None)
+        yield ev  # closed here (GeneratorExit) when this token ended the generation
+    except BaseException:  # the draft's prefill is not wanted: it ends within a batch
+        _end(job)
+        raise
+    if ev.done:
+        _end(job)
+        return True
+    return (yield from prefill_beside(run, worker, budget, job, sent))
+
+
+def prefill_beside(run, worker: DraftWorker, budget: DraftBudget,
+                   job: DraftJob | None = None, sent: int = 0) -> Iterator[Event]:
+    """The draft's prompt prefill on its own thread(s) (`job`, submitted when the context
+    was `sent` tokens long, or a new one) while the target goes on at its own count, a round
+    at a time (the lookup's, or one token), then its catch-up with what the target wrote
+    meanwhile, until it is at most CAUGHT_UP tokens behind (the next chunk's job syncs
+    those); returns whether a round ended the generation. A copying answer gets on without
+    waiting for the draft."""
     while True:
-        sent = len(run.ctx)
-        job = worker.submit(run.ctx, 0)
+        if job is None:
+            sent, job = len(run.ctx), worker.submit(run.ctx, 0)
         try:
             while not (job.done() or job.late()):  # a hung draft: the target goes on alone
                 ev = plain_round(run, budget, time.perf_counter(), solo=False)
@@ -116,12 +146,18 @@ def prefill_beside(run, worker: DraftWorker, budget: DraftBudget) -> Iterator[Ev
                 if ev.done:
                     return True
         finally:  # closed at the event that ended it: the prefill is not wanted; it ends
-            if not job.done():  # within a batch, or by its timeout it is a hung draft
-                job.cancel()
-                job.result()
+            _end(job)  # within a batch, or by its timeout it is a hung draft
         run.telemetry.draft_prefill(job.result().timing)
         if worker.failed or len(run.ctx) - sent <= CAUGHT_UP:
             return False
+        job = None
+
+
+def _end(job: DraftJob | None) -> None:
+    """Stop an unfinished job and wait for it."""
+    if job is not None and not job.done():
+        job.cancel()
+        job.result()
 
 
 def prefill_draft(run, drafter: Drafter, worker: DraftWorker) -> None:

@@ -24,16 +24,16 @@ def chain(vocab=V) -> np.ndarray:
     return P / P.sum(axis=1, keepdims=True)
 
 
-def run(method, drafter, target=None, **kw):
+def run(method, drafter, target=None, prompt=PROMPT, **kw):
     target = target or FakeTarget(chain())
     kw.setdefault("max_new_tokens", 20)
     cfg = GenConfig(method=method, **kw)
-    events = list(generate(target, drafter, PROMPT, cfg, decode, fake_profile()))
+    events = list(generate(target, drafter, prompt, cfg, decode, fake_profile()))
     return [t for e in events for t in e.tokens], events[-1].stats, events
 
 
-def vanilla(**kw):
-    return run("vanilla", None, **kw)[0]
+def vanilla(prompt=PROMPT, **kw):
+    return run("vanilla", None, prompt=prompt, **kw)[0]
 
 
 def wrong_at(position: int):
@@ -265,15 +265,18 @@ class HeldPrefill(FakeDrafter):
         return super().propose(context, n, sampling, draws, stop, **kw)
 
 
-def test_the_target_goes_on_while_the_draft_prefills_then_it_catches_up(monkeypatch):
-    """On a CPU-only machine duo prefills the target with all cores, then the draft prefills
-    at its own count while the target goes on, a round at a time; a draft more than
-    CAUGHT_UP tokens behind then catches up, and only then does duo draft; the output stays
-    the oracle's. (Past its release forward the target waits for the prefill's job and the
-    catch-up's: no clock decides.)"""
-    from core.rounds import CAUGHT_UP
+@pytest.mark.parametrize("together", [True, False])
+def test_the_target_goes_on_while_the_draft_prefills_then_it_catches_up(monkeypatch, together):
+    """On a CPU-only machine duo prefills the target with all cores, then the draft at its
+    own count, or (a prompt of at most TOGETHER new tokens) the draft's prefill starts first
+    and the target's runs beside it at its own count; the target then goes on, a round at a
+    time; a draft more than CAUGHT_UP tokens behind catches up, and only then does duo
+    draft; the output stays the oracle's. (Past its release forward the target waits for
+    the prefill's job and the catch-up's: no clock decides.)"""
+    from core.rounds import CAUGHT_UP, TOGETHER
     from core.scheduler import DraftWorker
 
+    prompt = PROMPT if together else [t % V for t in range(TOGETHER + 1)]
     release, jobs = CAUGHT_UP + 4, []
     submit = DraftWorker.submit
 
@@ -291,23 +294,28 @@ def test_the_target_goes_on_while_the_draft_prefills_then_it_catches_up(monkeypa
     target.logits = logits
     drafter = HeldPrefill(chain(), target, release)
     target.set_threads(1), drafter.set_threads(1)
-    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2, max_new_tokens=40,
-                           lookup="off", gamma=3)  # the fake's instant forwards: never plain
-    assert tokens == vanilla(max_new_tokens=40)
-    assert target.thread_log[1:] == [2, 1] and drafter.thread_log[1:] == []
+    tokens, stats, _ = run("duo", drafter, target, prompt, prefill_threads=2,
+                           max_new_tokens=40, lookup="off", gamma=3)  # instant forwards
+    assert tokens == vanilla(prompt, max_new_tokens=40)
+    assert target.thread_log[1:] == ([] if together else [2, 1])
+    assert drafter.thread_log[1:] == []
     first, again = drafter.calls[:2]
-    assert first == (len(PROMPT) + 1, 0)  # the prefill, after the target's first token
+    assert first == (len(prompt) + (not together), 0)  # together: before the target's token
     assert again[1] == 0 and again[0] > first[0] + CAUGHT_UP  # the catch-up: no drafting yet
     assert drafter.calls[2][1] > 0 and not drafter.stopped
     plain = stats["rounds_log"][1:CAUGHT_UP + 2]  # the target's own tokens meanwhile
     assert all(r["source"] == "plain" and r["verify_span"][1] > 0 for r in plain)
 
 
-def test_a_short_answer_stops_the_draft_prefill_it_no_longer_needs():
+@pytest.mark.parametrize("max_new_tokens", [1, 5])
+def test_a_short_answer_stops_the_draft_prefill_it_no_longer_needs(max_new_tokens):
+    """Also when the target's first token, its prefill beside the draft's, ends it."""
     target = FakeTarget(chain())
     drafter = HeldPrefill(chain(), target, release=None)
-    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2, max_new_tokens=5)
-    assert tokens == vanilla(max_new_tokens=5) and stats["stop_reason"] == "max_new_tokens"
+    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2,
+                           max_new_tokens=max_new_tokens)
+    assert tokens == vanilla(max_new_tokens=max_new_tokens)
+    assert stats["stop_reason"] == "max_new_tokens"
     assert drafter.stopped and len(drafter.calls) == 1
 
 
