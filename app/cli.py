@@ -11,7 +11,8 @@ import sys
 from core.config import LOOKUP_CHOICES
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
-from models.target.choice import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES, check_ctx_size
+from models.target.choice import check_ctx_size
+from models.target.modes import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -16,10 +16,8 @@ from pathlib import Path
 from core.sampling import SamplingConfig
 from models.fit.memory import MIN_CTX, trained_window
 from models.fit.placement import half_up
+from models.target.modes import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES
 
-COMPILE_CHOICES = ("auto", "on", "off")
-QUANT_CHOICES = ("auto", "none", "int8", "int4")
-PACK_CHOICES = ("auto", "on", "off")  # models/target/packed.py
 PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
 GREEDY = SamplingConfig()
 

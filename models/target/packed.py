@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.fit.memory import GIB, meminfo_available
+from models.target.modes import PACK_CHOICES
 
-CHOICES = ("auto", "on", "off")  # also models/target/choice.PACK_CHOICES (no torch there)
 LAYOUT_ROWS = 16  # the row count oneDNN lays the weights out for (chunks run 2..32)
 MARGIN = GIB // 2  # RAM left free after the copy, at least
 PROBE_ROWS = 8  # auto's timing: a typical verify chunk
@@ -57,8 +57,8 @@ def choose(mode: str, device: str, dtype: torch.dtype, quant: str, model: nn.Mod
     honoured. `free`: available RAM in bytes (None: read it); `times`: auto's product times,
     {"torch": s, "packed": s} (None: measured, or read from the cache; `remeasure`: timed
     again)."""
-    if mode not in CHOICES:
-        raise ValueError(f"--target-pack must be one of {', '.join(CHOICES)}, got '{mode}'")
+    if mode not in PACK_CHOICES:
+        raise ValueError(f"--target-pack must be one of {', '.join(PACK_CHOICES)}, got '{mode}'")
     if mode == "off":
         return False, "off"
     why = _cannot(device, dtype, quant)
