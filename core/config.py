@@ -25,7 +25,9 @@ class GenConfig:
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
     predraft: bool = True  # duo only: pre-draft likely rejection outcomes (core/predraft.py)
-    prefill_threads: int = 0  # >0: prefills run alone on this many threads (duo: both; sps: draft)
+    # >0: prefills run alone on this many threads (duo: both, but a short prompt's target at
+    # its own count beside the draft's: core/rounds.py; sps: the draft's)
+    prefill_threads: int = 0
     cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
     draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
     # what changes the logits of every row, target and draft alike (core/constraints.py)

@@ -63,7 +63,8 @@ class Placement:
         else:
             target = target_share(self.target_device, self.cores) if method == "duo" else self.cores
         # sps/duo: the prompt's prefills run alone, before the draft and target overlap, on
-        # every core (a compiled target's long-prompt prefill is eager: it takes them too);
+        # every core (a compiled target's long-prompt prefill is eager: it takes them too;
+        # duo's short prompts: the target's at its own count, beside the draft's: rounds.py);
         # vanilla's prefill is its first verify, at the decode count
         prefill = self.cores if draft else 0
         return Threads(draft, target, prefill, method == "duo", alone)
