@@ -5,6 +5,7 @@ texts are equal, so a wall ratio is a speed ratio). The A/B scripts in bench/res
 from __future__ import annotations
 
 import json
+import os
 import statistics
 
 from measure.replay import forget, own_learning
@@ -61,3 +62,28 @@ def warm_run_summarize(pair, questions: list[dict], cfgs: dict, run, patch, ref:
     interleaved (run_arms), their medians against `ref` (summarize)."""
     run(pair, pair.prompt_ids("Warm up: say one word."), cfgs[ref])
     return summarize(run_arms(pair, questions, cfgs, run, patch, ref), arms, ref, out)
+
+
+ALIASES = {"nolookup": "duo-nolookup"}  # an arm's short name -> the benchmark's method
+
+
+def env_ab(bench, pair_cls, patch, default_arms: str) -> dict:
+    """A session's A/B script, set by its environment: PAIR (smol-self), Q (the questions,
+    bench/prompts.jsonl), PER (a category, 3), TOK (new tokens, 128), ARMS (`default_arms`),
+    OUT (/tmp/ab.json). An arm is a method (ALIASES) or method@variant: `patch(pair, arm)`
+    sets the code the arm runs. `bench`: scripts/benchmark.py (passed in: it imports from
+    here), `pair_cls`: models.loader.Pair. Each arm warms up once, then warm_run_summarize."""
+    env = os.environ.get
+    arms, questions = env("ARMS", default_arms).split(","), env("Q", "bench/prompts.jsonl")
+    args = bench.parse(["--pair", env("PAIR", "smol-self"), "--questions", questions,
+                        "--max-new-tokens", env("TOK", "128"), "--methods", "duo",
+                        "--out", "/tmp/ab-out"])
+    pair = pair_cls(args.pair, bench.load_options(args))
+    cfgs = {arm: bench.method_config(args, ALIASES.get(method, method))
+            for arm in arms for method in [arm.partition("@")[0]]}
+    for arm in arms:
+        patch(pair, arm)
+        bench.run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs[arm])
+    return warm_run_summarize(pair, bench.load_questions(questions, int(env("PER", "3"))),
+                              cfgs, bench.run_one, lambda arm: patch(pair, arm), arms[0],
+                              arms, env("OUT", "/tmp/ab.json"))
