@@ -72,18 +72,24 @@ def env_ab(bench, pair_cls, patch, default_arms: str) -> dict:
     bench/prompts.jsonl), PER (a category, 3), TOK (new tokens, 128), ARMS (`default_arms`),
     OUT (/tmp/ab.json). An arm is a method (ALIASES) or method@variant: `patch(pair, arm)`
     sets the code the arm runs. `bench`: scripts/benchmark.py (passed in: it imports from
-    here), `pair_cls`: models.loader.Pair. Each arm warms up once, then warm_run_summarize."""
+    here), `pair_cls`: models.loader.Pair. Each arm warms up once, with its code, before
+    the interleaved runs (run_arms) and their medians against the first arm (summarize)."""
     env = os.environ.get
     arms, questions = env("ARMS", default_arms).split(","), env("Q", "bench/prompts.jsonl")
     args = bench.parse(["--pair", env("PAIR", "smol-self"), "--questions", questions,
                         "--max-new-tokens", env("TOK", "128"), "--methods", "duo",
                         "--out", "/tmp/ab-out"])
     pair = pair_cls(args.pair, bench.load_options(args))
-    cfgs = {arm: bench.method_config(args, ALIASES.get(method, method))
-            for arm in arms for method in [arm.partition("@")[0]]}
+    cfgs = {arm: bench.method_config(args, _method(arm)) for arm in arms}
     for arm in arms:
         patch(pair, arm)
         bench.run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs[arm])
-    return warm_run_summarize(pair, bench.load_questions(questions, int(env("PER", "3"))),
-                              cfgs, bench.run_one, lambda arm: patch(pair, arm), arms[0],
-                              arms, env("OUT", "/tmp/ab.json"))
+    rows = run_arms(pair, bench.load_questions(questions, int(env("PER", "3"))), cfgs,
+                    bench.run_one, lambda arm: patch(pair, arm), arms[0])
+    return summarize(rows, arms, arms[0], env("OUT", "/tmp/ab.json"))
+
+
+def _method(arm: str) -> str:
+    """The benchmark's method an arm runs: its name before any @variant, ALIASES applied."""
+    method = arm.partition("@")[0]
+    return ALIASES.get(method, method)
