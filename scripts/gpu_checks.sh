@@ -18,8 +18,8 @@ trap finish EXIT
   python3 -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"; } > "$OUT"/env.txt 2>&1
 # SIGINT, not TERM: pytest then still prints its summary of what failed
 set -o pipefail
-DUO_FAILURE_LOG="$OUT"/failures.txt PYTEST_ADDOPTS="-n 4 --dist load -rsx -vv --durations=20" \
-  timeout -s INT -k 20 $(( $(left) * ${TEST_SHARE:-45} / 100 )) make test-gpu RUNPY=python3 2>&1 \
+DUO_FAILURE_LOG="$OUT"/failures.txt PYTEST_ADDOPTS="-n ${WORKERS:-6} --dist load -rsx -vv --durations=20" \
+  timeout -s INT -k 20 $(( $(left) * ${TEST_SHARE:-50} / 100 )) make test-gpu RUNPY=python3 2>&1 \
   | tee "$OUT"/test_gpu.log | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed"
 echo "test-gpu exit $? at $(at)"
 part() {  # PART [gpu_report args]
@@ -28,7 +28,11 @@ part() {  # PART [gpu_report args]
   timeout $t make gpu-report RUNPY=python3 ARGS="--part $1 --out $W/r ${*:2}" 2>&1 \
     | tee -a "$OUT"/report.log | grep -v "Loading weights" | tail -3
 }
-part env,graphs
-part methods --prompts "${PROMPTS:-14}"
-part forward --models llama8b --quants none,int4,int8 --paths compiled
-part forward --models smol-self --quants none --paths eager,compiled
+for p in ${PARTS:-env,graphs methods forward8b forward-smol}; do
+  case $p in
+    methods) part methods --prompts "${PROMPTS:-14}" ;;
+    forward8b) part forward --models llama8b --quants none,int4,int8 --paths compiled ;;
+    forward-smol) part forward --models smol-self --quants none --paths eager,compiled ;;
+    *) part $p ;;
+  esac
+done

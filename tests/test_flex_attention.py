@@ -95,6 +95,17 @@ def test_compiled_flex_equals_sdpa():
     sdpa.close(), flx.close()
 
 
+def test_flex_asks_for_ieee_float32_dots_on_cuda():
+    """torch 2.11 compiled a float32 flex kernel on cuda with TF32 dots (5e-3 off the eager
+    SDPA on the first H100 run): the kernel options ask for IEEE there, nothing elsewhere."""
+    from types import SimpleNamespace
+
+    assert flex.kernel_options(SimpleNamespace(is_cuda=True, dtype=torch.float32)) == {
+        "FLOAT32_PRECISION": "'ieee'"}
+    assert flex.kernel_options(SimpleNamespace(is_cuda=True, dtype=torch.bfloat16)) is None
+    assert flex.kernel_options(torch.zeros(1)) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_compiled_flex_equals_sdpa_on_cuda():

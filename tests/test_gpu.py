@@ -233,6 +233,44 @@ def test_one_dynamic_graph_serves_every_chunk_length(device, request):
     reference.close()
 
 
+def test_threads_other_than_the_importer_set_up_their_graph_trees(cpu_compiled, monkeypatch):
+    """torch before 2.13 asserts when a thread other than the one that imported inductor's
+    cudagraph_trees looks up its trees (pytorch issue 123177; the owner thread's load failed
+    so under torch 2.11 on the first H100 run). With that lookup patched in, a fresh thread
+    fails it, and a step of a target with CUDA graphs on (as on cuda) and the release of
+    compiled code each set their thread up first."""
+    from torch._inductor import cudagraph_trees as trees
+
+    from models.owner import Owner
+    from models.target import static as module
+
+    def strict(local, name):  # torch 2.11's get_obj
+        if hasattr(local, name):
+            return getattr(local, name)
+        assert torch._C._is_key_in_tls(name)
+        return torch._C._get_obj_in_tls(name)
+
+    def step_then_lookup():
+        cpu_compiled.rollback(0)
+        cpu_compiled.logits([3, 4], 1)
+        return trees.get_container(0)
+
+    def release_then_lookup():
+        module.release_compiled()
+        return trees.get_container(0)
+
+    monkeypatch.setattr(trees, "get_obj", strict)
+    monkeypatch.setattr(torch.compiler, "reset", lambda: None)  # the twins' code stays
+    monkeypatch.setattr(cpu_compiled, "_graphs", True)
+    owners = [Owner() for _ in range(3)]
+    with pytest.raises(AssertionError):
+        owners[0].call(trees.get_container, 0)
+    assert owners[1].call(step_then_lookup).device_index == 0
+    assert owners[2].call(release_then_lookup).device_index == 0
+    for owner in owners:
+        owner.stop()
+
+
 def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
     """A pair switch on the owner thread: the CPU twins' compiled target (made there) closed,
     another compiled tiny target of the same shapes loaded, run and closed there. Each close

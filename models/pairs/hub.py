@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-import httpx2
+try:  # huggingface_hub 2.x's HTTP client; 1.x (a GPU image's own hub, docs/gpu.md) used httpx
+    import httpx2 as httpx
+except ImportError:
+    import httpx
 from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import errors as hf_errors
 from tqdm.auto import tqdm
@@ -108,7 +111,7 @@ def hub_errors(cfg: HubConfig, repo: str) -> Iterator[None]:
         raise HubError(f"repository '{repo}' has no such revision") from None
     except hf_errors.RemoteEntryNotFoundError as e:
         raise HubError(f"file not found in '{repo}': {e.response.url}") from None
-    except (httpx2.TransportError, hf_errors.OfflineModeIsEnabled, hf_errors.LocalEntryNotFoundError) as e:
+    except (httpx.TransportError, hf_errors.OfflineModeIsEnabled, hf_errors.LocalEntryNotFoundError) as e:
         raise offline_error(cfg, e) from None
     except hf_errors.HfHubHTTPError as e:
         raise HubError(f"the Hub refused a request for '{repo}' (HTTP {e.response.status_code})") from None

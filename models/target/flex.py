@@ -80,6 +80,16 @@ def _block_mask(start: torch.Tensor, chunk: int, span_len: int, window: int | No
     return create_block_mask(seen, None, None, chunk, span_len, device=start.device)
 
 
+def kernel_options(query: torch.Tensor) -> dict | None:
+    """IEEE float32 dots on cuda: torch before 2.13 gives a compiled float32 flex kernel TF32
+    unless torch.backends.cuda.matmul.fp32_precision says "ieee" (its default "none" read as
+    TF32; 5e-3 off the eager SDPA on the first H100 run, under torch 2.11). float32 is the
+    oracle's precision here, and TF32 is never switched on."""
+    if query.is_cuda and query.dtype == torch.float32:
+        return {"FLOAT32_PRECISION": "'ieee'"}
+    return None
+
+
 def flex_span_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                         scaling: float | None = None, duo_pos=None, duo_keys=None, **kwargs):
     """Write this chunk's K/V at `duo_pos`, then flex_attention over the first len(duo_keys)
@@ -88,5 +98,5 @@ def flex_span_attention(module, query, key, value, attention_mask, dropout: floa
 
     k, v = span.write(module, key, value, duo_pos, duo_keys.shape[0])
     out = flex_attention(query, k, v, block_mask=attention_mask, scale=scaling,
-                         enable_gqa=True)
+                         enable_gqa=True, kernel_options=kernel_options(query))
     return out.transpose(1, 2).contiguous(), None

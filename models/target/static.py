@@ -10,8 +10,10 @@ A rollback only moves `n_cached`: later writes overwrite the stale slots, and th
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
+from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,6 +75,7 @@ class StaticTarget(TorchTarget):
             _COMPILED.add(self)
         # compiled on the CPU for torch's thread count now (models/target/choice.py sets it)
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
+        self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
 
@@ -203,6 +206,8 @@ class StaticTarget(TorchTarget):
         keys = self._keys[:span.span_for(n + size, self.spans)]
         offsets = self._offsets[:size]  # as `keys`: a prefix of a static buffer
         torch._dynamo.maybe_mark_dynamic(keys, 0)
+        if self._graphs:
+            graph_thread()
         if self._dynamic_chunk:  # one graph for chunks of 2..32 (1 is its own)
             torch._dynamo.maybe_mark_dynamic(offsets, 0)
         choice, logits = self._step(self._upload, offsets, keys)
@@ -275,7 +280,19 @@ def release_compiled() -> None:
     """torch.compiler.reset(): dynamo's code cache (a pair switch would otherwise pile entries
     of `_decode` up toward its cache limit, then run eagerly without a word) and the calling
     thread's CUDA graph trees with their memory pool (inductor keeps them per thread)."""
+    graph_thread()  # the reset reads this thread's trees
     torch.compiler.reset()
+
+
+def graph_thread() -> None:
+    """Set up inductor's CUDA-graph trees on this thread. It keeps them in a threading.local
+    that only the importing thread has; torch before 2.13 asserts on any other thread
+    (pytorch issue 123177; the owner thread failed so under torch 2.11 on the first H100 run)."""
+    from torch._inductor import cudagraph_trees as trees
+
+    if not hasattr(trees.local, "tree_manager_containers"):
+        trees.local.tree_manager_containers = {}
+        trees.local.tree_manager_locks = defaultdict(threading.Lock)
 
 
 def _compiled(fn, cuda: bool, quant: str = "none"):
