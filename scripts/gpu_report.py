@@ -229,7 +229,8 @@ def _pair_here(name: str) -> bool:
 
 
 def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -> dict:
-    """scripts/benchmark.py in its own process; its summary, or the error's tail."""
+    """scripts/benchmark.py in its own process, its output in the folder's output.log; its
+    summary, or the output's tail."""
     d = out / f"bench-{pair}-{compile}-{methods.replace(',', '-')}"
     cmd = [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--pair", pair,
            "--methods", methods, "--questions", str(q), "--max-new-tokens",
@@ -237,9 +238,12 @@ def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -
            "--target-quant", "none", "--out", str(d)]
     if s["device"] != "cuda":
         cmd += ["--device", "cpu"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "output.log"  # as it goes: a part cut off by its deadline still shows how far
+    with log.open("w") as f:  # it got (scripts/gpu_checks.sh packs the folder)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode:
-        return {"error": proc.stderr[-2000:]}
+        return {"error": log.read_text()[-2000:]}
     r = json.loads((d / "results.json").read_text())
     return {"machine": r["machine"], "methods": r["methods"], "ratios": r.get("ratios", {})}
 
