@@ -28,7 +28,7 @@ part() {  # PART [gpu_report args]
   timeout $t make gpu-report RUNPY=python3 ARGS="--part $1 --out $W/r ${*:2}" 2>&1 \
     | tee -a "$OUT"/report.log | grep -v "Loading weights" | tail -3
 }
-for p in ${PARTS:-env,graphs methods forward8b forward-smol}; do
+for p in ${PARTS:-env methods forward8b graphs forward-smol}; do
   case $p in
     methods) part methods --prompts "${PROMPTS:-14}" ;;
     forward8b) part forward --models llama8b --quants none,int4,int8 --paths compiled ;;
