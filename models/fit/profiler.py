@@ -154,8 +154,7 @@ def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
     the split that gives it them (sps's profile) beat `duo`'s own; else none. (At `duo`'s
     own count, `duo` with solo rounds took 1.10x the time on the copy-heavy prompts.)"""
     cores = threads.prefill
-    counts = getattr(target, "graph_threads", ())  # a compiled CPU target's, or any
-    if cores <= threads.target or (counts and cores not in counts):
+    if cores <= threads.target or getattr(target, "fixed_threads", None):
         return [], 0
     split = (threads.alone or threads.draft, cores)  # sps's: its draft alone on them
     with threads_of(target, cores), threads_of(drafter, split[0]):

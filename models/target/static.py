@@ -29,7 +29,7 @@ from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
 from models.target.sampling import device_scores
-from models.target.eager import TorchTarget, _check_chunk, cpu_threads
+from models.target.eager import TorchTarget, _check_chunk
 
 
 
@@ -50,7 +50,7 @@ class StaticTarget(TorchTarget):
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
                  quant_group: int | None = None, *, model=None, attention: str = "sdpa",
-                 pack: str = "auto", remeasure: bool = False, more_threads: int = 0):
+                 pack: str = "auto", remeasure: bool = False):
         if attention not in flex.CHOICES:  # refused before the weights load
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
@@ -73,12 +73,8 @@ class StaticTarget(TorchTarget):
         self._step = _compiled(self._decode, cuda, quant) if compile else self._decode
         if compile:
             _COMPILED.add(self)
-        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it:
-        # duo's share) and for `more_threads` too (every core: vanilla, sps, duo's solo rounds)
+        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it)
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
-        self.graph_threads = (self.fixed_threads,) if self.fixed_threads else ()
-        if self.fixed_threads and more_threads and more_threads != self.fixed_threads:
-            self.graph_threads += (more_threads,)
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
@@ -133,10 +129,8 @@ class StaticTarget(TorchTarget):
         return padded_curve(verify_s, plan)
 
     def _threads(self, n: int | None = None) -> int:
-        """The CPU threads a forward runs at: `n` or torch's, where a compiled target has
-        graphs for it, else the count it was compiled for first."""
-        n = n or torch.get_num_threads()
-        return self.fixed_threads if self.graph_threads and n not in self.graph_threads else n
+        """The CPU threads a forward runs at: a compiled target's own, else `n` or torch's."""
+        return self.fixed_threads or n or torch.get_num_threads()
 
     @contextmanager
     def exact(self):
@@ -204,9 +198,9 @@ class StaticTarget(TorchTarget):
         self._upload.copy_(host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-        if self.fixed_threads and torch.get_num_threads() not in self.graph_threads:
+        if self.fixed_threads and torch.get_num_threads() != self.fixed_threads:
             # a graph compiled for the CPU is guarded on torch's thread count (another count
-            # recompiles every shape, tens of seconds each): it runs at a count it was
+            # recompiles every shape, tens of seconds each): it runs at the count it was
             # compiled for; the eager long-prompt prefill takes what set_threads gave
             torch.set_num_threads(self.fixed_threads)
         keys = self._keys[:span.span_for(n + size, self.spans)]
@@ -256,25 +250,18 @@ class StaticTarget(TorchTarget):
         return torch.tanh(logits / cap) * cap if cap else logits
 
     def warm_up(self, progress=None) -> float:
-        """Compile every bucket now, at each CPU thread count it runs at (cached on disk: a
-        second start reuses the kernels)."""
+        """Compile every bucket now (cached on disk: a second start reuses the kernels)."""
         t0 = time.perf_counter()
-        for n in self.graph_threads or (0,):
-            with cpu_threads(n):
-                self._warm_buckets(progress, f" for {n} thread{'s' * (n > 1)}" * (n > 0))
+        for i, size in enumerate(self.buckets, 1):
+            if progress:
+                progress(f"compiling the target forward: chunk {size} ({i}/{len(self.buckets)})")
+            for _ in range(3):  # CUDA graphs record on a later call than the first
+                self.rollback(0)
+                self.score([1] * size, 1, SamplingConfig())
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
-
-    def _warm_buckets(self, progress, where: str) -> None:
-        for i, size in enumerate(self.buckets, 1):
-            if progress:
-                progress(f"compiling the target forward{where}: chunk {size} "
-                         f"({i}/{len(self.buckets)})")
-            for _ in range(3):  # CUDA graphs record on a later call than the first
-                self.rollback(0)
-                self.score([1] * size, 1, SamplingConfig())
 
     def close(self) -> None:
         """Free the buffers and weights; the last compiled target to close also drops the
