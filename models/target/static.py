@@ -284,15 +284,22 @@ def release_compiled() -> None:
     torch.compiler.reset()
 
 
+_GRAPH_THREAD = threading.local()  # .ready: this thread's trees are set up
+
+
 def graph_thread() -> None:
-    """Set up inductor's CUDA-graph trees on this thread. It keeps them in a threading.local
-    that only the importing thread has; torch before 2.13 asserts on any other thread
-    (pytorch issue 123177; the owner thread failed so under torch 2.11 on the first H100 run)."""
+    """Set up inductor's CUDA-graph trees on this thread, once (a step calls it: one lookup
+    after the first). It keeps them in a threading.local that only the importing thread has;
+    torch before 2.13 asserts on any other thread (pytorch issue 123177; the owner thread
+    failed so under torch 2.11 on the first H100 run)."""
+    if getattr(_GRAPH_THREAD, "ready", False):
+        return
     from torch._inductor import cudagraph_trees as trees
 
     if not hasattr(trees.local, "tree_manager_containers"):
         trees.local.tree_manager_containers = {}
         trees.local.tree_manager_locks = defaultdict(threading.Lock)
+    _GRAPH_THREAD.ready = True
 
 
 def _compiled(fn, cuda: bool, quant: str = "none"):
