@@ -85,7 +85,7 @@ class Pair:
                              self.opts.compile_buckets, say, quant, group, self.opts.target_pack)
         self._duo_share = target_share(device, max(1, self.opts.cores))  # the path is timed at it
         self.target = load_target(*self._target_args, remeasure=self.opts.remeasure,
-                                  threads=self._duo_share)
+                                  threads=self._duo_share, cores=max(1, self.opts.cores))
         self.drafter = None
         # a fast tokenizer is not thread-safe: the page's meter and /tokenize run beside decoding
         self.tokenizer_lock = threading.RLock()
@@ -145,7 +145,7 @@ class Pair:
             # passive wait policy (LlamaDrafter.thread_pool): it keeps its share alone too
             openmp = getattr(self.drafter, "thread_pool", "") == "openmp"
             alone = beside if openmp else fastest_threads(times)
-            self._placement = Placement(device, cores, beside, self.target.fixed_threads, alone)
+            self._placement = Placement(device, cores, beside, self.target.graph_threads, alone)
         return self._placement
 
     def threads(self, method: str) -> Threads:
@@ -207,7 +207,7 @@ class Pair:
         if compile == "auto" and device == "cpu":
             self.target.close()
             self.target = load_target(*self._target_args, remeasure=True,
-                                      threads=self._duo_share)
+                                      threads=self._duo_share, cores=max(1, self.opts.cores))
         self._placement, self._time_threads_again = None, True
         for method in ("sps", "duo"):  # sps's profile serves duo's solo rounds too
             self.ensure_profile(method, remeasure=True)

@@ -82,6 +82,9 @@ def test_duo_gets_the_path_precision_and_split_measured_for_duo(default_pair):
     assert stats["threads"] == {"draft": 2, "target": share, "prefill": CORES, "alone": 0}
     assert "CPU, 2 thread(s), " in pair.describe()["draft"]
     assert pair.target.fixed_threads == (share if compiled else None)
+    # compiled for every core too: vanilla and sps take them all
+    assert pair.target.graph_threads == ((share, CORES) if compiled else ())
+    assert pair.threads("vanilla").target == pair.threads("sps").target == CORES
     assert f"auto: {winner} measured faster as duo runs it on this CPU: {share} thread(s)" in \
         pair.describe()["target"]
     assert pair.target.packed and "packed weights: auto: multi-row" in pair.describe()["target"]

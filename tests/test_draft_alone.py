@@ -22,8 +22,10 @@ def test_the_draft_alone_takes_every_core_only_where_it_measured_faster():
     assert faster.for_method("vanilla") == Threads(0, 2, 0)
     same = Placement("cpu", cores=2, draft_threads=1, draft_alone=1)
     assert same.for_method("duo").alone == 0 and same.for_method("sps").draft == 1
-    compiled = Placement("cpu", 2, 1, target_fixed=1, draft_alone=2)
+    compiled = Placement("cpu", 2, 1, target_counts=(1,), draft_alone=2)
     assert compiled.for_method("sps") == Threads(2, 1, 2)
+    both = Placement("cpu", 2, 1, target_counts=(1, 2), draft_alone=2)
+    assert both.for_method("sps") == Threads(2, 2, 2)
     gpu = Placement("cuda:0", cores=16, draft_threads=8, draft_alone=16)
     assert gpu.for_method("duo") == Threads(8, 1, 0, overlapped=True, alone=16)
     for cores in range(2, 17):

@@ -38,9 +38,13 @@ def test_placement_is_one_value_for_every_method():
     assert cpu.for_method("vanilla") == Threads(0, 16, 0)  # the draft does not run
     gpu = Placement("cuda:0", cores=16, draft_threads=8)
     assert gpu.for_method("duo") == Threads(8, 1, 0, overlapped=True)
-    fixed = Placement("cpu", 16, 4, target_fixed=8)  # compiled for duo's share
+    fixed = Placement("cpu", 16, 4, target_counts=(8,))  # compiled for duo's share alone
     assert fixed.for_method("vanilla") == Threads(0, 8, 0)
     assert fixed.for_method("duo") == Threads(4, 8, 16, overlapped=True)
+    both = Placement("cpu", 16, 4, target_counts=(8, 16))  # and for every core
+    assert both.for_method("vanilla") == Threads(0, 16, 0)
+    assert both.for_method("sps") == Threads(4, 16, 16)
+    assert both.for_method("duo") == Threads(4, 8, 16, overlapped=True)
     assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cpu", 1)) == (15, 8, 1)
     assert cpu.for_method("duo").to_dict() == {"draft": 4, "target": 8, "prefill": 16, "alone": 0}
 
@@ -54,8 +58,8 @@ def test_no_split_puts_more_busy_threads_than_cores():
         for device in ("cpu", "cuda"):
             share = target_share(device, cores)
             for draft in range(1, draft_share(device, cores) + 1):
-                for fixed in (None, share if device == "cpu" else None):
-                    placement = Placement(device, cores, draft, fixed)
+                for counts in ((), (share,), (share, cores)) if device == "cpu" else ((),):
+                    placement = Placement(device, cores, draft, counts)
                     for method in ("vanilla", "sps", "duo"):
                         assert placement.for_method(method).busy <= cores, (cores, device, method)
                     duo = placement.for_method("duo")

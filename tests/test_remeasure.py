@@ -145,7 +145,7 @@ def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
     """duo's solo lookup rounds: the times of the split that gives the target every core
     (sps's, measured at that count, the draft on its count alone), where they beat duo's
     own; none where they do not, where the target has every core already, or where it was
-    compiled for one count."""
+    compiled for duo's count alone."""
     from models.fit.placement import Threads
     from tests.fakes import FakeDrafter, FakeTarget
 
@@ -168,8 +168,10 @@ def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
     faster_alone = Threads(1, 1, 2, overlapped=True, alone=2)  # sps's draft takes both
     profiler.solo_times("pair", drafter, target, faster_alone, own)
     assert seen[-1] == ((2, 2), 2, 2) and (drafter.threads, target.threads) == (1, 1)
-    target.fixed_threads = 1  # compiled for duo's count: another would recompile
+    target.graph_threads = (1,)  # compiled for duo's count alone: another would recompile
     assert profiler.solo_times("pair", drafter, target, duo, own) == ([], 0)
+    target.graph_threads, scale = (1, 2), 0.6  # and for every core: solo rounds there
+    assert profiler.solo_times("pair", drafter, target, duo, own)[1] == 2
     alone = Threads(1, 2, 2, overlapped=True)  # the target has every core already
     assert profiler.solo_times("pair", drafter, FakeTarget(np.eye(4)), alone, own) == ([], 0)
-    assert len(seen) == 3
+    assert len(seen) == 4

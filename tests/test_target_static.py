@@ -2,7 +2,8 @@
 eager DynamicCache target on its own weights (the reference path): the same logits across rollbacks and bucket padding, greedy output equal to
 the eager `vanilla` for every method, and the device-side sampling transform equal to the
 numpy one. The paths run smol-self's and gemma-smol's targets cut to a few layers
-(tests/cut_target.py); the full default pair's path: tests/test_defaults.py."""
+(tests/cut_target.py); the full default pair's path: tests/test_defaults.py.
+long: the paths share the cut pairs' module fixtures (a second file would compile again)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -218,11 +219,50 @@ def compiled(pair_with, cut):
 
 
 def test_compiled_target_gives_the_eager_logits(cut, compiled):
-    assert compiled.target.path == "static-compiled" and compiled.target.packed
+    """At each thread count its graphs were compiled for at the load (duo's share, and every
+    core where that is more: vanilla's and sps's), nothing compiled again."""
+    from torch._dynamo.utils import counters
+
+    from models.fit.placement import target_share
+
+    target, cores = compiled.target, compiled.opts.cores
+    assert target.path == "static-compiled" and target.packed
     assert "static-compiled" in compiled.describe()["target"]
-    for prompt in PROMPTS[:2]:
-        ids = cut.prompt_ids(prompt)
-        assert_same_logits(chunks(cut.target, ids), chunks(compiled.target, ids))
+    assert target.graph_threads == tuple(dict.fromkeys((target_share("cpu", cores), cores)))
+    assert compiled.threads("vanilla").target == compiled.threads("sps").target == cores
+    graphs, prev = counters["stats"]["unique_graphs"], target.set_threads(cores)
+    pace, target._pace = target._pace, None  # each count as asked (its pace: the next test)
+    for n in target.graph_threads:
+        target.set_threads(n)
+        for prompt in PROMPTS[:2]:
+            ids = cut.prompt_ids(prompt)
+            assert_same_logits(chunks(cut.target, ids), chunks(target, ids))
+            assert torch.get_num_threads() == n
+    target.set_threads(prev)
+    target._pace = pace
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ran_slower(
+        cut, compiled):
+    target = compiled.target
+    if len(target.graph_threads) < 2:
+        pytest.skip("one core: one thread count")
+    first, more = target.graph_threads
+    pace, ran, ids = target._pace, [], cut.prompt_ids(PROMPTS[0])[:8]
+    saved, observe = dict(pace.seconds), pace.observe
+    pace.observe = lambda n, size, s: (ran.append(n), observe(n, size, s))
+    prev = target.set_threads(more)
+    try:
+        for slow in (more, first):
+            pace.seconds = {(n, len(ids).bit_length()): 1.0 if n == slow else 0.01
+                            for n in (first, more)}
+            target.rollback(0)
+            target.logits(ids, 1)
+        assert ran == [first, more] and torch.get_num_threads() == more
+    finally:
+        target.set_threads(prev)
+        pace.seconds, pace.observe = saved, observe
 
 
 def test_compiled_target_runs_one_graph_per_chunk_across_spans(compiled, eager_spans):

@@ -38,15 +38,16 @@ class Placement:
     short (another process, or torch beside it) a decode stalls. On cuda the target keeps one
     core to launch its kernels; on a CPU-only machine duo splits the cores (the draft's
     measured count within the lower half, the target the upper half: never more busy threads
-    than cores), and vanilla/sps give the target all of them. A compiled CPU target keeps the
-    count it was compiled with (its graphs are guarded on it): duo's share (target_share), so
-    duo never oversubscribes; vanilla and sps run it at that count too. A draft that runs
+    than cores), and vanilla/sps give the target all of them. A compiled CPU target runs at
+    the counts it was compiled for (its graphs are guarded on them: `target_counts`, duo's
+    share first, every core next), so duo never oversubscribes; a method whose count it
+    lacks runs at the first. A draft that runs
     alone (sps's turns; duo's chunk the target waits for) takes `draft_alone`, the fastest
     measured within every core, where that beats its share."""
     target_device: str
     cores: int
     draft_threads: int  # the fastest measured within draft_share()
-    target_fixed: int | None = None
+    target_counts: tuple[int, ...] = ()  # a compiled CPU target's thread counts (): any
     draft_alone: int = 0  # the fastest measured within `cores` (0: draft_threads)
 
     @property
@@ -58,10 +59,9 @@ class Placement:
         draft, alone = self._draft_threads(method)
         if self.on_cuda:
             return Threads(draft, 1, 0, method == "duo", alone)
-        if self.target_fixed:
-            target = self.target_fixed
-        else:
-            target = target_share(self.target_device, self.cores) if method == "duo" else self.cores
+        target = target_share(self.target_device, self.cores) if method == "duo" else self.cores
+        if self.target_counts and target not in self.target_counts:
+            target = self.target_counts[0]
         # sps/duo: the prompt's prefills run alone, before the draft and target overlap, on
         # every core (a compiled target's long-prompt prefill is eager: it takes them too;
         # duo's short prompts: the target's at its own count, beside the draft's: rounds.py);

@@ -154,7 +154,8 @@ def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
     the split that gives it them (sps's profile) beat `duo`'s own; else none. (At `duo`'s
     own count, `duo` with solo rounds took 1.10x the time on the copy-heavy prompts.)"""
     cores = threads.prefill
-    if cores <= threads.target or getattr(target, "fixed_threads", None):
+    counts = getattr(target, "graph_threads", ())  # a compiled CPU target's, or any
+    if cores <= threads.target or (counts and cores not in counts):
         return [], 0
     split = (threads.alone or threads.draft, cores)  # sps's: its draft alone on them
     with threads_of(target, cores), threads_of(drafter, split[0]):

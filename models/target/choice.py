@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from core.sampling import SamplingConfig
@@ -68,13 +67,14 @@ def _running(device: str, dtype: str) -> tuple[str, ...]:
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
                 quant_group: int | None = None, pack: str = "auto", remeasure: bool = False,
-                threads: int | None = None):
+                threads: int | None = None, cores: int | None = None):
     """The target for these options (`quant` already picked). `threads`: the target's share
     of the cores while duo decodes (models/fit/placement.target_share); on the CPU `auto`
     times both paths at that count (again with `remeasure`) and a compiled target is compiled
-    for it (its graphs keep it), so duo's draft and target never outnumber the cores."""
+    for it (its graphs keep it), so duo's draft and target never outnumber the cores, and for
+    `cores` too where that is more (vanilla, sps and duo's solo rounds take every core)."""
     from models.target.static import StaticTarget
-    from models.target.eager import TorchTarget
+    from models.target.eager import TorchTarget, cpu_threads
 
     for flag, value, known in (("--target-compile", compile, COMPILE_CHOICES),
                                ("--target-pack", pack, PACK_CHOICES)):
@@ -94,28 +94,15 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         with cpu_threads(threads if cpu else None):
             target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
                                   progress=progress, quant=quant, quant_group=quant_group,
-                                  pack=pack, remeasure=remeasure)
+                                  pack=pack, remeasure=remeasure,
+                                  more_threads=cores if cpu and cores else 0)
     else:
         target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                              pack=pack, remeasure=remeasure)
-    why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times)
+    why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times,
+                                                         getattr(target, "graph_threads", ()))
     target.compile_choice = f"{compile}: {why}"
     return target
-
-
-@contextmanager
-def cpu_threads(n: int | None):
-    """torch's CPU threads at n for the block (a compiled CPU target is compiled for the count
-    it is built at, and sets it again before each forward)."""
-    import torch
-
-    prev = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
 
 
 def triton_missing() -> str | None:
@@ -130,12 +117,14 @@ def triton_missing() -> str | None:
     return None
 
 
-def _why(compile: str, device: str, on: bool, threads: int, times: dict | None) -> str:
-    """The placement line's reason: on the CPU, the thread count the compiled target keeps
-    (duo's share; vanilla and sps run it at that count too) and, for auto, the timings."""
+def _why(compile: str, device: str, on: bool, threads: int, times: dict | None,
+         counts: tuple[int, ...] = ()) -> str:
+    """The placement line's reason: on the CPU, the thread counts the compiled target runs at
+    (duo's share; every core, vanilla's and sps's, where more) and, for auto, the timings."""
     cpu = not device.startswith("cuda")
-    kept = (f"compiled for {threads} thread(s), duo's target share; vanilla and sps run it "
-            f"at {threads} too" if on and cpu else "")
+    more = (f" and {counts[1]} (every core: vanilla, sps, duo's solo rounds)"
+            if len(counts) > 1 else "; vanilla and sps run it at that count too")
+    kept = f"compiled for {threads} thread(s), duo's target share{more}" if on and cpu else ""
     if compile != "auto":
         return "as asked" + (f", {kept}" if kept else "")
     if not cpu:
@@ -170,7 +159,7 @@ def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int,
     from models.fit.memory import device_budget, model_dims
     from models.fit.profiler import interleaved, verify_once
     from models.target.static import StaticTarget
-    from models.target.eager import TorchTarget
+    from models.target.eager import TorchTarget, cpu_threads
 
     # the compiled one with the app's chunk sizes: the graphs it times are the ones the app
     # runs, and the app's load then finds them in the inductor cache

@@ -40,7 +40,8 @@ def pick_dtype(device: str, name: str = "auto") -> str:
 
 class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
-    fixed_threads: int | None = None  # a thread count set_threads cannot change
+    fixed_threads: int | None = None  # a compiled CPU target's first count (duo's share)
+    graph_threads: tuple[int, ...] = ()  # the counts its graphs run at (none: any)
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
@@ -166,6 +167,21 @@ class TorchTarget:
         gc.collect()  # a model's reference cycles would keep its weights until the next pass
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+@contextmanager
+def cpu_threads(n: int | None):
+    """torch's CPU threads at n for the block (0 or None: as they are), yielded. A compiled
+    CPU target is compiled for the counts it is warmed up at, and sets one before each forward."""
+    prev = torch.get_num_threads()
+    if not n or n == prev:
+        yield prev
+        return
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(prev)
 
 
 def _check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:

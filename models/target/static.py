@@ -24,12 +24,13 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.target import flex
+from models.target.pace import Pace
 from models.target.padding import pad_plan, padded_curve
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
 from models.target.sampling import device_scores
-from models.target.eager import TorchTarget, _check_chunk
+from models.target.eager import TorchTarget, _check_chunk, cpu_threads
 
 
 
@@ -50,7 +51,7 @@ class StaticTarget(TorchTarget):
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
                  quant_group: int | None = None, *, model=None, attention: str = "sdpa",
-                 pack: str = "auto", remeasure: bool = False):
+                 pack: str = "auto", remeasure: bool = False, more_threads: int = 0):
         if attention not in flex.CHOICES:  # refused before the weights load
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
@@ -73,8 +74,14 @@ class StaticTarget(TorchTarget):
         self._step = _compiled(self._decode, cuda, quant) if compile else self._decode
         if compile:
             _COMPILED.add(self)
-        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it)
+        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it:
+        # duo's share) and for `more_threads` too (every core: vanilla, sps, duo's solo rounds)
         self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
+        self.graph_threads = (self.fixed_threads,) if self.fixed_threads else ()
+        if self.fixed_threads and more_threads and more_threads != self.fixed_threads:
+            self.graph_threads += (more_threads,)
+        # more than one count: each forward asked for the more takes it while it is faster
+        self._pace = Pace(self.graph_threads) if len(self.graph_threads) > 1 else None
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
@@ -129,8 +136,10 @@ class StaticTarget(TorchTarget):
         return padded_curve(verify_s, plan)
 
     def _threads(self, n: int | None = None) -> int:
-        """The CPU threads a forward runs at: a compiled target's own, else `n` or torch's."""
-        return self.fixed_threads or n or torch.get_num_threads()
+        """The CPU threads a forward runs at: `n` or torch's, where a compiled target has
+        graphs for it, else the count it was compiled for first."""
+        n = n or torch.get_num_threads()
+        return self.fixed_threads if self.graph_threads and n not in self.graph_threads else n
 
     @contextmanager
     def exact(self):
@@ -198,11 +207,12 @@ class StaticTarget(TorchTarget):
         self._upload.copy_(host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-        if self.fixed_threads and torch.get_num_threads() != self.fixed_threads:
+        asked = self._threads()
+        if self.fixed_threads and torch.get_num_threads() != asked:
             # a graph compiled for the CPU is guarded on torch's thread count (another count
-            # recompiles every shape, tens of seconds each): it runs at the count it was
+            # recompiles every shape, tens of seconds each): it runs at a count it was
             # compiled for; the eager long-prompt prefill takes what set_threads gave
-            torch.set_num_threads(self.fixed_threads)
+            torch.set_num_threads(asked)
         keys = self._keys[:span.span_for(n + size, self.spans)]
         offsets = self._offsets[:size]  # as `keys`: a prefix of a static buffer
         torch._dynamo.maybe_mark_dynamic(keys, 0)
@@ -210,7 +220,13 @@ class StaticTarget(TorchTarget):
             graph_thread()
         if self._dynamic_chunk:  # one graph for chunks of 2..32 (1 is its own)
             torch._dynamo.maybe_mark_dynamic(offsets, 0)
-        choice, logits = self._step(self._upload, offsets, keys)
+        if self._pace is None:
+            choice, logits = self._step(self._upload, offsets, keys)
+        else:
+            with cpu_threads(self._pace.pick(asked, size)) as count:
+                t0 = time.perf_counter()
+                choice, logits = self._step(self._upload, offsets, keys)
+                self._pace.observe(count, size, time.perf_counter() - t0)
         self.cached_ids += piece
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
@@ -250,18 +266,27 @@ class StaticTarget(TorchTarget):
         return torch.tanh(logits / cap) * cap if cap else logits
 
     def warm_up(self, progress=None) -> float:
-        """Compile every bucket now (cached on disk: a second start reuses the kernels)."""
+        """Compile every bucket now, at each CPU thread count it runs at (cached on disk: a
+        second start reuses the kernels)."""
         t0 = time.perf_counter()
-        for i, size in enumerate(self.buckets, 1):
-            if progress:
-                progress(f"compiling the target forward: chunk {size} ({i}/{len(self.buckets)})")
-            for _ in range(3):  # CUDA graphs record on a later call than the first
-                self.rollback(0)
-                self.score([1] * size, 1, SamplingConfig())
+        for n in self.graph_threads or (0,):
+            with cpu_threads(n):
+                self._warm_buckets(progress, f" for {n} thread{'s' * (n > 1)}" * (n > 0))
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
+
+    def _warm_buckets(self, progress, where: str) -> None:
+        for i, size in enumerate(self.buckets, 1):
+            if progress:
+                progress(f"compiling the target forward{where}: chunk {size} "
+                         f"({i}/{len(self.buckets)})")
+            for k in range(3):  # CUDA graphs record on a later call than the first
+                if k == 2 and self._pace is not None:  # its time seeds the pace
+                    self._pace.forget(size)
+                self.rollback(0)
+                self.score([1] * size, 1, SamplingConfig())
 
     def close(self) -> None:
         """Free the buffers and weights; the last compiled target to close also drops the
