@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 MAX_GAMMA = 32
 PROBE_EVERY = 16  # in plain decoding, every 16th round drafts again to re-measure
+SERIAL_MARGIN = 0.05  # a serial round must win by this much (smaller gains: within its error)
 
 
 @dataclass
@@ -113,6 +114,29 @@ class DraftBudget:
         if verify_n and verify_s > 0 and self.solo:
             ratio = verify_s / self.profile.solo_verify(verify_n)
             self.solo_scale += self.ema * (ratio - self.solo_scale)
+
+    def serial_rate(self, gamma: int) -> float:
+        """Tokens/s of duo's serial round (sps's): `gamma` tokens drafted, the target idle,
+        then verified on every core, the worker idle."""
+        a = min(max(self.alpha, 0.01), 0.995)
+        tokens = (1 - a ** (gamma + 1)) / (1 - a)
+        return tokens / max(self.draft_s(gamma) + self.solo_verify_s(gamma + 1), 1e-9)
+
+    def serial_gamma(self) -> int | None:
+        """duo where the draft and the target share the cores (solo rounds exist): the gamma
+        of a round in turns (0: the target alone, the draft idle) when its rate beats the
+        overlapped rounds' by SERIAL_MARGIN, else None. On a 2-core CPU the target on both
+        cores can outrun the split (sps 1.05x duo on the 2-core Xeon once its threads spin).
+        A fixed gamma drafts in turns at that gamma, or overlaps."""
+        if not (self.overlap and self.solo):
+            return None
+        overlap = self.expected_rate(self.gamma) if self.gamma else self.plain_rate()
+        best = self.fixed or max(range(1, self.max_gamma + 1), key=self.serial_rate)
+        rates = {best: self.serial_rate(best)}
+        if not self.fixed:
+            rates[0] = 1.0 / max(self.solo_verify_s(1), 1e-9)
+        gamma = max(rates, key=rates.get)
+        return gamma if rates[gamma] > overlap * (1 + SERIAL_MARGIN) else None
 
     def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)

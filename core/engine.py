@@ -20,7 +20,7 @@ from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.rounds import (branch_policy, close_worker, flat_profile, plain_round, round_alone,
-                         predraft_plan, prefill_draft, prefill_duo)
+                         predraft_plan, prefill_draft, prefill_duo, serial_round)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.scheduler import Drafted, DraftWorker
@@ -228,7 +228,9 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     (core/fusion.py) each round may verify the index's continuation instead, or the chunk
     extended by it. The worker drafts after the model's part only: its chunk is the next
     draft when it wrote what the target kept past that part (the lookup's tokens that passed
-    and the target's own), so a lookup that misses leaves the model's chunk ready."""
+    and the target's own), so a lookup that misses leaves the model's chunk ready. Where the
+    two share the cores and the target on all of them outruns the split
+    (budget.serial_gamma), a round with no chunk ready goes in turns (rounds.serial_round)."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
@@ -243,6 +245,13 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
                 branching.alpha = budget.alpha
+            serial = None if draft or worker.failed else budget.serial_gamma()
+            if serial is not None:  # the cores are shared, and a round in turns pays more
+                ev = serial_round(run, worker, budget, start, serial)
+                yield ev
+                if ev.done:
+                    return
+                continue
             if worker.failed or (not draft and budget.gamma == 0):  # no draft, or it cannot pay
                 ev = plain_round(run, budget, start)
                 yield ev

@@ -27,12 +27,35 @@ def flat_profile() -> Profile:
     return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
 
 
-def plain_round(run, budget: DraftBudget, start: float, solo: bool = True) -> Event:
+def plain_round(run, budget: DraftBudget, start: float, solo: bool = True,
+                pick: Pick | None = None) -> Event:
     """One round without the model's draft: the lookup's continuation when it pays
-    (run.lookup), else one target token (the budget fell back to plain decoding, or the draft
-    is prefilling). `solo` False: the worker is busy (no round on every core)."""
-    pick = run.lookup.pick(run, budget, Draft(), beside=False, solo=solo) if run.lookup else None
-    return round_alone(run, budget, start, pick or Pick(Draft(), "plain"))
+    (run.lookup; `pick`, when the caller has priced it), else one target token (the budget
+    fell back to plain decoding, or the draft is prefilling). `solo` False: the worker is
+    busy (no round on every core)."""
+    if pick is None and run.lookup:
+        pick = run.lookup.pick(run, budget, Draft(), beside=False, solo=solo)
+    if pick is None or pick.source == "plain":
+        pick = Pick(Draft(), "plain", bool(pick and pick.offered), solo and budget.solo)
+    return round_alone(run, budget, start, pick)
+
+
+def serial_round(run, worker: DraftWorker, budget: DraftBudget, start: float,
+                 gamma: int) -> Event:
+    """duo's round in turns, where it pays (budget.serial_gamma): the lookup's continuation
+    where it beats one target token, else a chunk of `gamma` drafted while the target waits
+    (the draft may take more threads: the worker's `waiting`), then verified on every core
+    with the worker idle, as sps does (gamma 0: one target token on every core)."""
+    pick = run.lookup.pick(run, budget, Draft(), beside=False) if run.lookup else None
+    if not gamma or (pick is not None and pick.source != "plain"):
+        return plain_round(run, budget, start, pick=pick)
+    chunk = worker.submit(run.ctx, run.draft_room(gamma)).result()
+    draft = chunk.proposal.main
+    with threads(run.target, budget.profile.solo_threads):
+        verdict, vspan = run.verify(draft)
+    run.telemetry.drafting(draft, "serial", bool(pick and pick.offered))
+    run.telemetry.serial_round(budget, start, chunk, vspan, verdict)
+    return run.commit(draft, verdict)
 
 
 def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:
@@ -44,7 +67,7 @@ def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:
     if len(draft):
         run.telemetry.lookup_alone(budget, start, vspan, verdict, pick.solo)
     else:
-        run.telemetry.plain_round(budget, start, vspan)
+        run.telemetry.plain_round(budget, start, vspan, pick.solo)
     return run.commit(draft, verdict)
 
 

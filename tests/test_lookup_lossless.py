@@ -12,6 +12,7 @@ import pytest
 
 from core.backends import Draft, Proposal, QRows, SampleCheck
 from core.bands import LookupBands
+from core.budget import DraftBudget
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
 from core.fusion import LookupPolicy
@@ -127,20 +128,59 @@ class ThreadedTarget(FakeTarget):
         return super().score(tokens, n_rows, sampling, check, adjust)
 
 
-def test_solo_rounds_verify_on_every_core_with_the_worker_idle():
-    """A verify alone priced cheaper: lookup rounds run on the profile's solo count, the draft
-    drafts nothing during them, and the text stays vanilla's."""
+@pytest.fixture
+def untimed(monkeypatch):
+    """The budget learns pass rates only: the fakes' times (microseconds of noise) scale
+    nothing, so which rounds run follows from the profile alone."""
+    observe = DraftBudget.observe
+    monkeypatch.setattr(DraftBudget, "observe", lambda self, d, a, **times: observe(self, d, a))
+    monkeypatch.setattr(DraftBudget, "observe_solo", lambda self, s, n: None)
+
+
+def solo_run(lookup: str, div: float, **options):
+    """duo on a target whose verifies alone (the worker idle) on 2 threads take 1/div as long:
+    its ids, stats, the thread count of each verify and whether the worker drafted beside it."""
+    profile = fake_profile()
+    profile.solo_verify_s, profile.solo_threads = [v / div for v in profile.verify_s], 2
     target, drafter = ThreadedTarget(P), FakeDrafter(P)
     target.set_threads(1)
-    ids, sources, stats = run("duo", "auto", target=target, drafter=drafter,
-                              profile=solo_profile())
-    assert ids == run("vanilla")[0]
-    solo = stats["lookup"]["solo"]
-    assert solo > 0 and target.scored_at.count(2) == solo and target.threads == 1
-    assert set(target.scored_at) == {1, 2}
-    beside = sum(r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"])
-    assert len(drafter.calls) == beside  # a job each round beside the worker, none solo
-    assert stats["rounds"] >= solo + beside
+    ids, _, stats = run("duo", lookup, target=target, drafter=drafter, profile=profile, **options)
+    beside = [r["draft_span"][1] > r["draft_span"][0] and r["source"] != "serial"
+              for r in stats["rounds_log"]]
+    assert target.threads == 1 and len(target.scored_at) == len(beside)
+    return ids, stats, target.scored_at, beside, drafter
+
+
+def test_solo_rounds_verify_on_every_core_with_the_worker_idle(untimed):
+    """A verify alone priced cheaper: lookup rounds run on the profile's solo count, the draft
+    drafts nothing during them, and the text stays vanilla's; a verify beside the drafting
+    worker never takes every core."""
+    for div in (1.6, 2.5):
+        ids, stats, threads, beside, drafter = solo_run("auto", div)
+        assert ids == run("vanilla")[0]
+        assert stats["lookup"]["solo"] > 0 and threads.count(2) >= stats["lookup"]["solo"]
+        assert all(n == 1 for n, b in zip(threads, beside) if b) and 1 in threads
+        assert len(drafter.calls) == sum(beside) + stats["serial_rounds"]
+
+
+def test_duo_drafts_in_turns_where_the_target_on_every_core_outruns_the_split(untimed):
+    """Lookup off: verifies alone on twice the threads at a third of the time make rounds in
+    turns pay (the chunk drafted, then verified on every core: budget.serial_gamma), at a
+    quarter the target alone on every core; equal times keep the overlap. The text is
+    vanilla's."""
+    ref = run("vanilla")[0]
+    turns = solo_run("off", 3)
+    assert turns[0] == ref and turns[1]["serial_rounds"] > 0
+    assert {r["source"] for r in turns[1]["rounds_log"]} >= {"serial"}
+    alone = solo_run("off", 4)
+    assert alone[0] == ref and alone[1]["serial_rounds"] == 0 and set(alone[2]) == {2}
+    assert not alone[4].calls  # the draft never ran
+    overlap = solo_run("off", 1)
+    assert overlap[0] == ref and overlap[1]["serial_rounds"] == 0 and set(overlap[2]) == {1}
+    sampling = SamplingConfig(0.8)
+    for seed in (0, 1):
+        assert solo_run("off", 3, sampling=sampling, seed=seed)[0] == \
+            run("vanilla", sampling=sampling, seed=seed)[0]
 
 
 def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
@@ -195,16 +235,15 @@ def test_config_names_lookup():
 
 
 # -- sampling -------------------------------------------------------------------------------
-def test_coupled_seeds_keep_vanillas_text():
+def test_coupled_seeds_keep_vanillas_text(untimed):
     sampling = SamplingConfig(0.8)
     for seed in (0, 1, 2):
         ref = run("vanilla", sampling=sampling, seed=seed)[0]
         for method, lookup in (("duo", "on"), ("lookup", "on"), ("duo", "auto")):
             ids = run(method, lookup, sampling=sampling, seed=seed, drafter=FakeDrafter(P))[0]
             assert ids == ref
-        solo = run("duo", "auto", sampling=sampling, seed=seed, drafter=FakeDrafter(P),
-                   profile=solo_profile())
-        assert solo[0] == ref and solo[2]["lookup"]["solo"] > 0
+        solo = solo_run("auto", 2.5, sampling=sampling, seed=seed)
+        assert solo[0] == ref and solo[1]["lookup"]["solo"] > 0
 
 
 V4, N4 = 4, 3
