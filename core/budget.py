@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.turns import Turns
+
 MAX_GAMMA = 32
 PROBE_EVERY = 16  # in plain decoding, every 16th round drafts again to re-measure
 SERIAL_MARGIN = 0.05  # a serial round must win by this much (smaller gains: within its error)
@@ -69,6 +71,7 @@ class DraftBudget:
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
         self.length_scales: dict[int, float] = {}  # per verify length bucket, once measured
         self.solo_scale = 1.0  # measured / profiled, for verifies on every core (solo rounds)
+        self.turns = Turns()  # duo: overlapped rounds or rounds in turns, as they realized
         self.reason = ""
         self.since_probe = 0  # plain rounds since a round last drafted (carried on: state())
         self.gamma = fixed if fixed else self._choose()
@@ -124,19 +127,24 @@ class DraftBudget:
 
     def serial_gamma(self) -> int | None:
         """duo where the draft and the target share the cores (solo rounds exist): the gamma
-        of a round in turns (0: the target alone, the draft idle) when its rate beats the
-        overlapped rounds' by SERIAL_MARGIN, else None. On a 2-core CPU the target on both
-        cores can outrun the split (sps 1.05x duo on the 2-core Xeon once its threads spin).
-        A fixed gamma drafts in turns at that gamma, or overlaps."""
+        of a round in turns (turns_gamma) when its priced rate beats the overlapped rounds'
+        by SERIAL_MARGIN, else None (core/turns.py then weighs what each way realized)."""
         if not (self.overlap and self.solo):
             return None
         overlap = self.expected_rate(self.gamma) if self.gamma else self.plain_rate()
-        best = self.fixed or max(range(1, self.max_gamma + 1), key=self.serial_rate)
-        rates = {best: self.serial_rate(best)}
-        if not self.fixed:
-            rates[0] = 1.0 / max(self.solo_verify_s(1), 1e-9)
-        gamma = max(rates, key=rates.get)
-        return gamma if rates[gamma] > overlap * (1 + SERIAL_MARGIN) else None
+        gamma = self.turns_gamma()
+        rate = self.serial_rate(gamma) if gamma else 1.0 / max(self.solo_verify_s(1), 1e-9)
+        return gamma if rate > overlap * (1 + SERIAL_MARGIN) else None
+
+    def turns_gamma(self) -> int:
+        """The best round in turns: its gamma, or 0 where the target alone on every core
+        beats any (a fixed gamma: that gamma). On a 2-core CPU the target on both cores can
+        outrun the split (sps 1.05x duo on the 2-core Xeon once its threads spin)."""
+        if self.fixed:
+            return self.fixed
+        best = max(range(1, self.max_gamma + 1), key=self.serial_rate)
+        alone = 1.0 / max(self.solo_verify_s(1), 1e-9)
+        return best if self.serial_rate(best) >= alone else 0
 
     def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
@@ -255,7 +263,7 @@ class DraftBudget:
         return {"alpha": self.alpha, "draft_scale": self.draft_scale,
                 "verify_scale": self.verify_scale, "length_scales": dict(self.length_scales),
                 "solo_scale": self.solo_scale, "profile": self.profile,
-                "since_probe": self.since_probe}
+                "since_probe": self.since_probe, "turns": dict(self.turns.rates)}
 
     def restore(self, state: dict | None) -> None:
         """Start from an earlier generation's state; its timing scales only when they were
@@ -267,6 +275,7 @@ class DraftBudget:
             self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
             self.length_scales = dict(state.get("length_scales", {}))
             self.solo_scale = state.get("solo_scale", 1.0)
+            self.turns = Turns(state.get("turns"))
         if not self.fixed:
             self.gamma = self._choose()
 
@@ -276,6 +285,7 @@ class DraftBudget:
                 "draft_scale": round(self.draft_scale, 3),
                 "verify_scale": round(self.verify_scale, 3),
                 "solo_scale": round(self.solo_scale, 3),
+                "turns": {k: round(v, 1) for k, v in self.turns.rates.items()},
                 "length_scales": {bucket_label(b): round(v, 3)
                                   for b, v in sorted(self.length_scales.items())},
                 "profile": self.profile.to_dict()}

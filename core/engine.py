@@ -229,8 +229,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     extended by it. The worker drafts after the model's part only: its chunk is the next
     draft when it wrote what the target kept past that part (the lookup's tokens that passed
     and the target's own), so a lookup that misses leaves the model's chunk ready. Where the
-    two share the cores and the target on all of them outruns the split
-    (budget.serial_gamma), a round with no chunk ready goes in turns (rounds.serial_round)."""
+    two share the cores and the target on all of them outruns the split (core/turns.py), a
+    round with no chunk ready goes in turns (rounds.serial_round)."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
@@ -245,9 +245,10 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
                 branching.alpha = budget.alpha
-            serial = None if draft or worker.failed else budget.serial_gamma()
-            if serial is not None:  # the cores are shared, and a round in turns pays more
-                ev = serial_round(run, worker, budget, start, serial)
+            if not draft and not worker.failed and budget.solo and budget.turns.choose(
+                    start, len(run.ctx), budget.serial_gamma() is not None):
+                # the cores are shared, and rounds in turns pay more (core/turns.py)
+                ev = serial_round(run, worker, budget, start, budget.turns_gamma())
                 yield ev
                 if ev.done:
                     return

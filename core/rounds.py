@@ -42,18 +42,17 @@ def plain_round(run, budget: DraftBudget, start: float, solo: bool = True,
 
 def serial_round(run, worker: DraftWorker, budget: DraftBudget, start: float,
                  gamma: int) -> Event:
-    """duo's round in turns, where it pays (budget.serial_gamma): the lookup's continuation
-    where it beats one target token, else a chunk of `gamma` drafted while the target waits
-    (the draft may take more threads: the worker's `waiting`), then verified on every core
-    with the worker idle, as sps does (gamma 0: one target token on every core)."""
-    pick = run.lookup.pick(run, budget, Draft(), beside=False) if run.lookup else None
-    if not gamma or (pick is not None and pick.source != "plain"):
-        return plain_round(run, budget, start, pick=pick)
+    """duo's round in turns, where it pays (core/turns.py): a chunk of `gamma` drafted while
+    the target waits (the draft may take more threads: the worker's `waiting`), then verified
+    on every core with the worker idle, as sps does (gamma 0: one target token on every
+    core). The lookup proposes in the overlapped rounds."""
+    if not gamma:
+        return round_alone(run, budget, start, Pick(Draft(), "plain", solo=True))
     chunk = worker.submit(run.ctx, run.draft_room(gamma)).result()
     draft = chunk.proposal.main
     with threads(run.target, budget.profile.solo_threads):
         verdict, vspan = run.verify(draft)
-    run.telemetry.drafting(draft, "serial", bool(pick and pick.offered))
+    run.telemetry.drafting(draft, "serial", False)
     run.telemetry.serial_round(budget, start, chunk, vspan, verdict)
     return run.commit(draft, verdict)
 

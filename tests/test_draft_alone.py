@@ -10,7 +10,7 @@ import pytest
 
 from core.sampling import SamplingConfig
 from core.scheduler import DraftWorker
-from models.draft.pace import PROBE_EVERY, Pace
+from models.fit.pace import PROBE_EVERY, Pace
 from models.fit.placement import Placement, Threads
 from tests.fakes import FakeDrafter, markov
 

@@ -13,6 +13,7 @@ import pytest
 from core.backends import Draft, Proposal, QRows, SampleCheck
 from core.bands import LookupBands
 from core.budget import DraftBudget
+from core.turns import Turns
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
 from core.fusion import LookupPolicy
@@ -131,10 +132,12 @@ class ThreadedTarget(FakeTarget):
 @pytest.fixture
 def untimed(monkeypatch):
     """The budget learns pass rates only: the fakes' times (microseconds of noise) scale
-    nothing, so which rounds run follows from the profile alone."""
+    nothing and realize no rate (core/turns.py), so which rounds run follows from the
+    profile alone."""
     observe = DraftBudget.observe
     monkeypatch.setattr(DraftBudget, "observe", lambda self, d, a, **times: observe(self, d, a))
     monkeypatch.setattr(DraftBudget, "observe_solo", lambda self, s, n: None)
+    monkeypatch.setattr(Turns, "observe", lambda self, way, rate: None)
 
 
 def solo_run(lookup: str, div: float, **options):

@@ -1,45 +1,35 @@
-"""The compiled CPU target's pace (models/target/pace.py): a forward asked for more threads
-than the first count takes them unless they ran slower at that size, and tries them again
-now and then; and the app's OpenMP wait default (models/__init__.py)."""
+"""The pace per size class (models/fit/pace.py; its probing: tests/test_draft_alone.py), as
+the compiled CPU target uses it (its forwards on every core unless they ran slower at that
+chunk size: tests/test_target_static.py), and the app's OpenMP wait default
+(models/__init__.py)."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 
-from models.target.pace import RETRY, Pace
+from models.fit.pace import Pace
 from tests.conftest import ROOT
 
 
-def test_the_more_threads_run_until_they_measure_slower_at_that_size():
-    pace = Pace((1, 2))
-    assert pace.pick(2, 8) == 2  # nothing measured yet
-    pace.observe(1, 8, 0.070)
-    pace.observe(2, 8, 0.045)
-    assert pace.pick(2, 8) == 2 and pace.pick(1, 8) == 1
-    pace.observe(2, 8, 0.400)  # another process took a core: 0.045 + 0.3 * 0.355 > 0.070
-    assert pace.pick(2, 8) == 1
-    assert pace.pick(2, 1) == 2  # another size class: its own times (none yet)
-
-
-def test_a_slower_count_is_tried_again_every_retry_forwards():
-    pace = Pace((1, 2))
-    pace.observe(1, 16, 0.080)
-    pace.observe(2, 16, 0.200)
-    picks = [pace.pick(2, 16) for _ in range(2 * RETRY)]
-    assert picks.count(2) == 2 and picks[RETRY - 1] == 2 and picks[2 * RETRY - 1] == 2
-    for _ in range(5):  # the machine is free again: the tries measure it
-        pace.observe(2, 16, 0.050)
-    assert pace.pick(2, 16) == 2
+def test_each_chunk_size_class_is_timed_apart():
+    pace = Pace()
+    pace.observe(1, 0.070, 8)
+    pace.observe(2, 0.045, 8)
+    assert pace.prefers(2, 1, 8)
+    pace.observe(2, 0.400, 8)  # another process took a core: 0.045 + 0.2 * 0.355 > 0.070
+    assert not pace.prefers(2, 1, 8) and not pace.prefers(2, 1, 15)  # 8..15: one class
+    assert pace.prefers(2, 1, 1) and pace.prefers(2, 1, 16)  # other classes: nothing timed
+    assert pace.prefers(2, 1)  # the draft's calls: size 1
 
 
 def test_forget_drops_a_size_class_at_every_count():
-    pace = Pace((1, 2))
-    pace.observe(1, 4, 0.050)
-    pace.observe(2, 4, 9.0)  # a compile's first call
-    pace.observe(2, 32, 0.1)
-    pace.forget(5)  # 4 and 5 share a class
-    assert pace.seconds == {(2, 6): 0.1}
+    pace = Pace()
+    pace.observe(1, 0.050, 4)
+    pace.observe(2, 9.0, 4)  # a compile's first call
+    pace.observe(2, 0.1, 32)
+    pace.forget(5)  # 4..7: one class
+    assert pace.ema == {(2, 6): 0.1}
 
 
 def _policy(env: dict) -> str:

@@ -250,19 +250,20 @@ def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ra
         pytest.skip("one core: one thread count")
     first, more = target.graph_threads
     pace, ran, ids = target._pace, [], cut.prompt_ids(PROMPTS[0])[:8]
-    saved, observe = dict(pace.seconds), pace.observe
-    pace.observe = lambda n, size, s: (ran.append(n), observe(n, size, s))
+    saved, observe = dict(pace.ema), pace.observe
+    pace.observe = lambda n, s, size: (ran.append(n), observe(n, s, size))
     prev = target.set_threads(more)
     try:
         for slow in (more, first):
-            pace.seconds = {(n, len(ids).bit_length()): 1.0 if n == slow else 0.01
-                            for n in (first, more)}
+            pace.ema = {(n, len(ids).bit_length()): 1.0 if n == slow else 0.01
+                        for n in (first, more)}
             target.rollback(0)
             target.logits(ids, 1)
         assert ran == [first, more] and torch.get_num_threads() == more
     finally:
         target.set_threads(prev)
-        pace.seconds, pace.observe = saved, observe
+        pace.ema = saved
+        del pace.observe
 
 
 def test_compiled_target_runs_one_graph_per_chunk_across_spans(compiled, eager_spans):

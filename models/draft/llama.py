@@ -17,7 +17,7 @@ from core.backends import Branching, Draft, Draws, Plan, Proposal
 from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
 from models.draft.branches import Branches
-from models.draft.pace import Pace
+from models.fit.pace import Pace
 from models.quiet import route_llama_logs
 
 route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr

@@ -34,7 +34,9 @@ def machine_key() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.node()}|{cpu}"
+    # the OpenMP wait settings (models/__init__.py) change what threads are worth
+    wait = f"{os.environ.get('OMP_WAIT_POLICY', '')}/{os.environ.get('GOMP_SPINCOUNT', '')}"
+    return f"{platform.node()}|{cpu}|{wait}"
 
 
 def machine_load(seconds: float = 0.25) -> float | None:

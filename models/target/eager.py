@@ -171,15 +171,15 @@ class TorchTarget:
 
 @contextmanager
 def cpu_threads(n: int | None):
-    """torch's CPU threads at n for the block (0 or None: as they are), yielded. A compiled
-    CPU target is compiled for the counts it is warmed up at, and sets one before each forward."""
+    """torch's CPU threads at n for the block (0 or None: as they are). A compiled CPU target
+    is compiled for the counts it is warmed up at, and sets one before each forward."""
     prev = torch.get_num_threads()
     if not n or n == prev:
-        yield prev
+        yield
         return
     torch.set_num_threads(n)
     try:
-        yield n
+        yield
     finally:
         torch.set_num_threads(prev)
 

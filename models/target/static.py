@@ -24,7 +24,7 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.target import flex
-from models.target.pace import Pace
+from models.fit.pace import Pace
 from models.target.padding import pad_plan, padded_curve
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
@@ -81,7 +81,7 @@ class StaticTarget(TorchTarget):
         if self.fixed_threads and more_threads and more_threads != self.fixed_threads:
             self.graph_threads += (more_threads,)
         # more than one count: each forward asked for the more takes it while it is faster
-        self._pace = Pace(self.graph_threads) if len(self.graph_threads) > 1 else None
+        self._pace = Pace() if len(self.graph_threads) > 1 else None
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
@@ -223,10 +223,12 @@ class StaticTarget(TorchTarget):
         if self._pace is None:
             choice, logits = self._step(self._upload, offsets, keys)
         else:
-            with cpu_threads(self._pace.pick(asked, size)) as count:
+            first = self.fixed_threads
+            count = asked if asked == first or self._pace.prefers(asked, first, size) else first
+            with cpu_threads(count):
                 t0 = time.perf_counter()
                 choice, logits = self._step(self._upload, offsets, keys)
-                self._pace.observe(count, size, time.perf_counter() - t0)
+                self._pace.observe(count, time.perf_counter() - t0, size)
         self.cached_ids += piece
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
