@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.turns import Turns
-
 MAX_GAMMA = 32
 PROBE_EVERY = 16  # in plain decoding, every 16th round drafts again to re-measure
-SERIAL_MARGIN = 0.05  # a serial round must win by this much (smaller gains: within its error)
 
 
 @dataclass
@@ -71,7 +68,6 @@ class DraftBudget:
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
         self.length_scales: dict[int, float] = {}  # per verify length bucket, once measured
         self.solo_scale = 1.0  # measured / profiled, for verifies on every core (solo rounds)
-        self.turns = Turns()  # duo: overlapped rounds or rounds in turns, as they realized
         self.reason = ""
         self.since_probe = 0  # plain rounds since a round last drafted (carried on: state())
         self.gamma = fixed if fixed else self._choose()
@@ -117,34 +113,6 @@ class DraftBudget:
         if verify_n and verify_s > 0 and self.solo:
             ratio = verify_s / self.profile.solo_verify(verify_n)
             self.solo_scale += self.ema * (ratio - self.solo_scale)
-
-    def serial_rate(self, gamma: int) -> float:
-        """Tokens/s of duo's serial round (sps's): `gamma` tokens drafted, the target idle,
-        then verified on every core, the worker idle."""
-        a = min(max(self.alpha, 0.01), 0.995)
-        tokens = (1 - a ** (gamma + 1)) / (1 - a)
-        return tokens / max(self.draft_s(gamma) + self.solo_verify_s(gamma + 1), 1e-9)
-
-    def serial_gamma(self) -> int | None:
-        """duo where the draft and the target share the cores (solo rounds exist): the gamma
-        of a round in turns (turns_gamma) when its priced rate beats the overlapped rounds'
-        by SERIAL_MARGIN, else None (core/turns.py then weighs what each way realized)."""
-        if not (self.overlap and self.solo):
-            return None
-        overlap = self.expected_rate(self.gamma) if self.gamma else self.plain_rate()
-        gamma = self.turns_gamma()
-        rate = self.serial_rate(gamma) if gamma else 1.0 / max(self.solo_verify_s(1), 1e-9)
-        return gamma if rate > overlap * (1 + SERIAL_MARGIN) else None
-
-    def turns_gamma(self) -> int:
-        """The best round in turns: its gamma, or 0 where the target alone on every core
-        beats any (a fixed gamma: that gamma). On a 2-core CPU the target on both cores can
-        outrun the split (sps 1.05x duo on the 2-core Xeon once its threads spin)."""
-        if self.fixed:
-            return self.fixed
-        best = max(range(1, self.max_gamma + 1), key=self.serial_rate)
-        alone = 1.0 / max(self.solo_verify_s(1), 1e-9)
-        return best if self.serial_rate(best) >= alone else 0
 
     def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
@@ -263,7 +231,7 @@ class DraftBudget:
         return {"alpha": self.alpha, "draft_scale": self.draft_scale,
                 "verify_scale": self.verify_scale, "length_scales": dict(self.length_scales),
                 "solo_scale": self.solo_scale, "profile": self.profile,
-                "since_probe": self.since_probe, "turns": dict(self.turns.rates)}
+                "since_probe": self.since_probe}
 
     def restore(self, state: dict | None) -> None:
         """Start from an earlier generation's state; its timing scales only when they were
@@ -275,7 +243,6 @@ class DraftBudget:
             self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
             self.length_scales = dict(state.get("length_scales", {}))
             self.solo_scale = state.get("solo_scale", 1.0)
-            self.turns = Turns(state.get("turns"))
         if not self.fixed:
             self.gamma = self._choose()
 
@@ -285,7 +252,6 @@ class DraftBudget:
                 "draft_scale": round(self.draft_scale, 3),
                 "verify_scale": round(self.verify_scale, 3),
                 "solo_scale": round(self.solo_scale, 3),
-                "turns": {k: round(v, 1) for k, v in self.turns.rates.items()},
                 "length_scales": {bucket_label(b): round(v, 3)
                                   for b, v in sorted(self.length_scales.items())},
                 "profile": self.profile.to_dict()}

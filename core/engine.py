@@ -20,7 +20,7 @@ from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.rounds import (branch_policy, close_worker, flat_profile, plain_round, round_alone,
-                         predraft_plan, prefill_draft, prefill_duo, serial_round)
+                         predraft_plan, prefill_draft, prefill_duo)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.scheduler import Drafted, DraftWorker
@@ -228,9 +228,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     (core/fusion.py) each round may verify the index's continuation instead, or the chunk
     extended by it. The worker drafts after the model's part only: its chunk is the next
     draft when it wrote what the target kept past that part (the lookup's tokens that passed
-    and the target's own), so a lookup that misses leaves the model's chunk ready. Where the
-    two share the cores and the target on all of them outruns the split (core/turns.py), a
-    round with no chunk ready goes in turns (rounds.serial_round)."""
+    and the target's own), so a lookup that misses leaves the model's chunk ready."""
     worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
                          timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
                          adjust=run.adjust and run.adjust.for_draft())
@@ -245,14 +243,6 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
                 branching.alpha = budget.alpha
-            if not draft and not worker.failed and budget.solo and budget.turns.choose(
-                    start, len(run.ctx), budget.serial_gamma() is not None):
-                # the cores are shared, and rounds in turns pay more (core/turns.py)
-                ev = serial_round(run, worker, budget, start, budget.turns_gamma())
-                yield ev
-                if ev.done:
-                    return
-                continue
             if worker.failed or (not draft and budget.gamma == 0):  # no draft, or it cannot pay
                 ev = plain_round(run, budget, start)
                 yield ev

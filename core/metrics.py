@@ -48,7 +48,6 @@ class GenerationStats:
     stop_reason: str = ""
     plain_rounds: int = 0  # rounds without the model's draft: it cannot pay, or it prefills
     # (a lookup may still have drafted: rounds_log's source)
-    serial_rounds: int = 0  # duo: rounds in turns (drafted, then verified on every core)
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV the target kept from the last generation
     warnings: list[str] = field(default_factory=list)  # e.g. the draft failed: target alone

@@ -27,34 +27,15 @@ def flat_profile() -> Profile:
     return Profile(draft_token_s=0.005, verify_s=[0.02 + 0.001 * n for n in range(32)])
 
 
-def plain_round(run, budget: DraftBudget, start: float, solo: bool = True,
-                pick: Pick | None = None) -> Event:
+def plain_round(run, budget: DraftBudget, start: float, solo: bool = True) -> Event:
     """One round without the model's draft: the lookup's continuation when it pays
-    (run.lookup; `pick`, when the caller has priced it), else one target token (the budget
-    fell back to plain decoding, or the draft is prefilling). `solo` False: the worker is
-    busy (no round on every core)."""
-    if pick is None and run.lookup:
-        pick = run.lookup.pick(run, budget, Draft(), beside=False, solo=solo)
+    (run.lookup), else one target token (the budget fell back to plain decoding, or the draft
+    is prefilling), on every core where the worker is idle. `solo` False: the worker is busy
+    (no round on every core)."""
+    pick = run.lookup.pick(run, budget, Draft(), beside=False, solo=solo) if run.lookup else None
     if pick is None or pick.source == "plain":
         pick = Pick(Draft(), "plain", bool(pick and pick.offered), solo and budget.solo)
     return round_alone(run, budget, start, pick)
-
-
-def serial_round(run, worker: DraftWorker, budget: DraftBudget, start: float,
-                 gamma: int) -> Event:
-    """duo's round in turns, where it pays (core/turns.py): a chunk of `gamma` drafted while
-    the target waits (the draft may take more threads: the worker's `waiting`), then verified
-    on every core with the worker idle, as sps does (gamma 0: one target token on every
-    core). The lookup proposes in the overlapped rounds."""
-    if not gamma:
-        return round_alone(run, budget, start, Pick(Draft(), "plain", solo=True))
-    chunk = worker.submit(run.ctx, run.draft_room(gamma)).result()
-    draft = chunk.proposal.main
-    with threads(run.target, budget.profile.solo_threads):
-        verdict, vspan = run.verify(draft)
-    run.telemetry.drafting(draft, "serial", False)
-    run.telemetry.serial_round(budget, start, chunk, vspan, verdict)
-    return run.commit(draft, verdict)
 
 
 def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:

@@ -115,20 +115,6 @@ class Telemetry:
         if solo and self.last_scored == 1:
             budget.observe_solo(vspan[1] - vspan[0], 1)
 
-    def serial_round(self, budget: DraftBudget, start: float, chunk: Drafted, vspan,
-                     verdict: Verdict) -> None:
-        """duo's round in turns: the draft's pass rate; the verify's time on every core, kept
-        apart (the draft's time alone is no sample of its time beside the target)."""
-        proposal, timing = chunk
-        drafted = len(proposal.main)
-        self.stats.serial_rounds += 1
-        self.stats.draft_busy_s += timing.busy_s
-        rec = self.round(start, timing.span if drafted else (start, start), vspan, drafted,
-                         verdict.accepted)
-        self.observe(budget, rec, drafted, verdict.accepted, None, timed=False)
-        if self.last_scored == drafted + 1:
-            budget.observe_solo(vspan[1] - vspan[0], drafted + 1)
-
     def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict,
                      solo: bool = False) -> None:
         """The lookup's continuation verified with the worker idle (no chunk beside it): a

@@ -10,7 +10,6 @@ from core.budget import DraftBudget, Profile
 from core import fusion
 from core.fusion import LOOKUP_MAX, PROBE_EVERY, LookupPolicy
 from core.suffix import ContextLookup
-from tests.fakes import fake_profile
 
 # a CPU-like target: a longer chunk costs more (1 token 63 ms, 8 tokens 100, 33 tokens 185)
 VERIFY = [0.063, 0.07, 0.08, 0.086, 0.09, 0.095, 0.098, 0.1] + [0.13] * 8 + [0.185] * 17
@@ -198,18 +197,3 @@ def test_solo_times_teach_their_own_scale():
     again.restore(b.state())
     assert again.solo_scale == b.solo_scale
 
-
-def test_duo_rounds_go_in_turns_only_where_the_target_on_every_core_pays_more():
-    """budget.serial_gamma: None (overlap) without solo times, for sps, and where a verify
-    alone is no cheaper; a chunk in turns where it is a third; the target alone (0) at a
-    quarter; a fixed gamma drafts in turns at its gamma or overlaps."""
-    def budget(div=None, **kw):
-        profile = fake_profile()
-        if div:
-            profile.solo_verify_s = [v / div for v in profile.verify_s]
-            profile.solo_threads = 2
-        return DraftBudget(profile, **kw)
-    assert budget().serial_gamma() is None and budget(1).serial_gamma() is None
-    assert budget(4, overlap=False).serial_gamma() is None
-    assert budget(3).serial_gamma() > 0 and budget(4).serial_gamma() == 0
-    assert budget(4, fixed=3).serial_gamma() == 3 and budget(1, fixed=3).serial_gamma() is None

@@ -13,7 +13,6 @@ import pytest
 from core.backends import Draft, Proposal, QRows, SampleCheck
 from core.bands import LookupBands
 from core.budget import DraftBudget
-from core.turns import Turns
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
 from core.fusion import LookupPolicy
@@ -132,12 +131,10 @@ class ThreadedTarget(FakeTarget):
 @pytest.fixture
 def untimed(monkeypatch):
     """The budget learns pass rates only: the fakes' times (microseconds of noise) scale
-    nothing and realize no rate (core/turns.py), so which rounds run follows from the
-    profile alone."""
+    nothing, so which rounds run follows from the profile alone."""
     observe = DraftBudget.observe
     monkeypatch.setattr(DraftBudget, "observe", lambda self, d, a, **times: observe(self, d, a))
     monkeypatch.setattr(DraftBudget, "observe_solo", lambda self, s, n: None)
-    monkeypatch.setattr(Turns, "observe", lambda self, way, rate: None)
 
 
 def solo_run(lookup: str, div: float, **options):
@@ -148,8 +145,7 @@ def solo_run(lookup: str, div: float, **options):
     target, drafter = ThreadedTarget(P), FakeDrafter(P)
     target.set_threads(1)
     ids, _, stats = run("duo", lookup, target=target, drafter=drafter, profile=profile, **options)
-    beside = [r["draft_span"][1] > r["draft_span"][0] and r["source"] != "serial"
-              for r in stats["rounds_log"]]
+    beside = [r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"]]
     assert target.threads == 1 and len(target.scored_at) == len(beside)
     return ids, stats, target.scored_at, beside, drafter
 
@@ -163,27 +159,7 @@ def test_solo_rounds_verify_on_every_core_with_the_worker_idle(untimed):
         assert ids == run("vanilla")[0]
         assert stats["lookup"]["solo"] > 0 and threads.count(2) >= stats["lookup"]["solo"]
         assert all(n == 1 for n, b in zip(threads, beside) if b) and 1 in threads
-        assert len(drafter.calls) == sum(beside) + stats["serial_rounds"]
-
-
-def test_duo_drafts_in_turns_where_the_target_on_every_core_outruns_the_split(untimed):
-    """Lookup off: verifies alone on twice the threads at a third of the time make rounds in
-    turns pay (the chunk drafted, then verified on every core: budget.serial_gamma), at a
-    quarter the target alone on every core; equal times keep the overlap. The text is
-    vanilla's."""
-    ref = run("vanilla")[0]
-    turns = solo_run("off", 3)
-    assert turns[0] == ref and turns[1]["serial_rounds"] > 0
-    assert {r["source"] for r in turns[1]["rounds_log"]} >= {"serial"}
-    alone = solo_run("off", 4)
-    assert alone[0] == ref and alone[1]["serial_rounds"] == 0 and set(alone[2]) == {2}
-    assert not alone[4].calls  # the draft never ran
-    overlap = solo_run("off", 1)
-    assert overlap[0] == ref and overlap[1]["serial_rounds"] == 0 and set(overlap[2]) == {1}
-    sampling = SamplingConfig(0.8)
-    for seed in (0, 1):
-        assert solo_run("off", 3, sampling=sampling, seed=seed)[0] == \
-            run("vanilla", sampling=sampling, seed=seed)[0]
+        assert len(drafter.calls) == sum(beside)
 
 
 def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
