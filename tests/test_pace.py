@@ -23,13 +23,13 @@ def test_each_chunk_size_class_is_timed_apart():
     assert pace.prefers(2, 1)  # the draft's calls: size 1
 
 
-def test_forget_drops_a_size_class_at_every_count():
+def test_forget_drops_one_count_s_time_at_a_size_class():
     pace = Pace()
     pace.observe(1, 0.050, 4)
     pace.observe(2, 9.0, 4)  # a compile's first call
     pace.observe(2, 0.1, 32)
-    pace.forget(5)  # 4..7: one class
-    assert pace.ema == {(2, 6): 0.1}
+    pace.forget(2, 5)  # 4..7: one class
+    assert pace.ema == {(1, 3): 0.050, (2, 6): 0.1}
 
 
 def _policy(env: dict) -> str:

@@ -35,6 +35,6 @@ class Pace:
             return True
         return False
 
-    def forget(self, size: int) -> None:
-        """Drop the times of `size`'s class at every count (a compile's first calls)."""
-        self.ema = {k: v for k, v in self.ema.items() if k[1] != size.bit_length()}
+    def forget(self, threads: int, size: int) -> None:
+        """Drop the time of `threads` at `size`'s class (a compile's first calls)."""
+        self.ema.pop((threads, size.bit_length()), None)

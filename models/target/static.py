@@ -33,7 +33,6 @@ from models.target.sampling import device_scores
 from models.target.eager import TorchTarget, _check_chunk, cpu_threads
 
 
-
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
 # CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
 # the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
@@ -220,17 +219,22 @@ class StaticTarget(TorchTarget):
             graph_thread()
         if self._dynamic_chunk:  # one graph for chunks of 2..32 (1 is its own)
             torch._dynamo.maybe_mark_dynamic(offsets, 0)
-        if self._pace is None:
-            choice, logits = self._step(self._upload, offsets, keys)
-        else:
-            first = self.fixed_threads
-            count = asked if asked == first or self._pace.prefers(asked, first, size) else first
-            with cpu_threads(count):
-                t0 = time.perf_counter()
-                choice, logits = self._step(self._upload, offsets, keys)
-                self._pace.observe(count, time.perf_counter() - t0, size)
+        choice, logits = self._paced(asked, size, offsets, keys)
         self.cached_ids += piece
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
+
+    def _paced(self, asked: int, size: int, offsets: torch.Tensor, keys: torch.Tensor):
+        """The step; with two CPU counts at `asked`, or at the first while `asked` measured
+        slower at this size (models/fit/pace.py), timed for the pace."""
+        if self._pace is None:
+            return self._step(self._upload, offsets, keys)
+        first = self.fixed_threads
+        count = asked if asked == first or self._pace.prefers(asked, first, size) else first
+        with cpu_threads(count):
+            t0 = time.perf_counter()
+            out = self._step(self._upload, offsets, keys)
+            self._pace.observe(count, time.perf_counter() - t0, size)
+        return out
 
     def _size(self, n: int) -> int:
         """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
@@ -285,8 +289,8 @@ class StaticTarget(TorchTarget):
                 progress(f"compiling the target forward{where}: chunk {size} "
                          f"({i}/{len(self.buckets)})")
             for k in range(3):  # CUDA graphs record on a later call than the first
-                if k == 2 and self._pace is not None:  # its time seeds the pace
-                    self._pace.forget(size)
+                if k and self._pace is not None:  # the last call's time seeds the pace
+                    self._pace.forget(self._threads(), size)
                 self.rollback(0)
                 self.score([1] * size, 1, SamplingConfig())
 
