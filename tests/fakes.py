@@ -267,3 +267,6 @@ class ScriptedBudget(DraftBudget):
         draft_s = draft_n * self.profile.draft_token_s * self.ratios[0]
         verify_s = self.profile.verify(verify_n) * self.ratios[1] if verify_n else 0.0
         return super().observe(drafted, accepted, draft_s, draft_n, verify_s, verify_n)
+
+    def observe_solo(self, verify_s, verify_n):
+        super().observe_solo(self.profile.solo_verify(verify_n) * self.ratios[1], verify_n)

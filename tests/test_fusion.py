@@ -196,4 +196,3 @@ def test_solo_times_teach_their_own_scale():
     again = solo_budget()
     again.restore(b.state())
     assert again.solo_scale == b.solo_scale
-

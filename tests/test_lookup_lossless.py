@@ -12,7 +12,6 @@ import pytest
 
 from core.backends import Draft, Proposal, QRows, SampleCheck
 from core.bands import LookupBands
-from core.budget import DraftBudget
 from core.constraints import Adjuster
 from core.engine import GenConfig, Run, generate
 from core.fusion import LookupPolicy
@@ -21,7 +20,8 @@ from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
 from core.verify import sampled_scores, verify_sampled
 from tests.conftest import vanilla_ids
-from tests.fakes import FakeDrafter, FakeGrammar, FakeTarget, decode, fake_profile, markov
+from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, decode,
+                         fake_profile, markov)
 from tests.test_sampling_lossless import assert_matches
 
 V = 24
@@ -128,29 +128,22 @@ class ThreadedTarget(FakeTarget):
         return super().score(tokens, n_rows, sampling, check, adjust)
 
 
-@pytest.fixture
-def untimed(monkeypatch):
-    """The budget learns pass rates only: the fakes' times (microseconds of noise) scale
-    nothing, so which rounds run follows from the profile alone."""
-    observe = DraftBudget.observe
-    monkeypatch.setattr(DraftBudget, "observe", lambda self, d, a, **times: observe(self, d, a))
-    monkeypatch.setattr(DraftBudget, "observe_solo", lambda self, s, n: None)
-
-
 def solo_run(lookup: str, div: float, **options):
-    """duo on a target whose verifies alone (the worker idle) on 2 threads take 1/div as long:
-    its ids, stats, the thread count of each verify and whether the worker drafted beside it."""
+    """duo on a target whose verifies alone (the worker idle) on 2 threads take 1/div as long,
+    the budget seeing the profile's times (ScriptedLearned): its ids, stats, the thread count
+    of each verify and whether the worker drafted beside it."""
     profile = fake_profile()
     profile.solo_verify_s, profile.solo_threads = [v / div for v in profile.verify_s], 2
     target, drafter = ThreadedTarget(P), FakeDrafter(P)
     target.set_threads(1)
-    ids, _, stats = run("duo", lookup, target=target, drafter=drafter, profile=profile, **options)
+    ids, _, stats = run("duo", lookup, target=target, drafter=drafter, profile=profile,
+                        learned=ScriptedLearned(), **options)
     beside = [r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"]]
     assert target.threads == 1 and len(target.scored_at) == len(beside)
     return ids, stats, target.scored_at, beside, drafter
 
 
-def test_solo_rounds_verify_on_every_core_with_the_worker_idle(untimed):
+def test_solo_rounds_verify_on_every_core_with_the_worker_idle():
     """A verify alone priced cheaper: lookup rounds run on the profile's solo count, the draft
     drafts nothing during them, and the text stays vanilla's; a verify beside the drafting
     worker never takes every core."""
@@ -214,7 +207,7 @@ def test_config_names_lookup():
 
 
 # -- sampling -------------------------------------------------------------------------------
-def test_coupled_seeds_keep_vanillas_text(untimed):
+def test_coupled_seeds_keep_vanillas_text():
     sampling = SamplingConfig(0.8)
     for seed in (0, 1, 2):
         ref = run("vanilla", sampling=sampling, seed=seed)[0]
