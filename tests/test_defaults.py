@@ -85,6 +85,7 @@ def test_duo_gets_the_path_precision_and_split_measured_for_duo(default_pair):
     # compiled for every core too: vanilla and sps take them all
     assert pair.target.graph_threads == ((share, CORES) if compiled else ())
     assert pair.threads("vanilla").target == pair.threads("sps").target == CORES
+    assert pair.target.pace is not None and pair.target.pace_first == share  # while faster
     assert f"auto: {winner} measured faster as duo runs it on this CPU: {share} thread(s)" in \
         pair.describe()["target"]
     assert pair.target.packed and "packed weights: auto: multi-row" in pair.describe()["target"]

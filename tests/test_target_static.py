@@ -231,7 +231,7 @@ def test_compiled_target_gives_the_eager_logits(cut, compiled):
     assert target.graph_threads == tuple(dict.fromkeys((target_share("cpu", cores), cores)))
     assert compiled.threads("vanilla").target == compiled.threads("sps").target == cores
     graphs, prev = counters["stats"]["unique_graphs"], target.set_threads(cores)
-    pace, target._pace = target._pace, None  # each count as asked (its pace: the next test)
+    pace, target.pace = target.pace, None  # each count as asked (its pace: the next test)
     for n in target.graph_threads:
         target.set_threads(n)
         for prompt in PROMPTS[:2]:
@@ -239,17 +239,14 @@ def test_compiled_target_gives_the_eager_logits(cut, compiled):
             assert_same_logits(chunks(cut.target, ids), chunks(target, ids))
             assert torch.get_num_threads() == n
     target.set_threads(prev)
-    target._pace = pace
+    target.pace = pace
     assert counters["stats"]["unique_graphs"] == graphs
 
 
-def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ran_slower(
-        cut, compiled):
-    target = compiled.target
-    if len(target.graph_threads) < 2:
-        pytest.skip("one core: one thread count")
-    first, more = target.graph_threads
-    pace, ran, ids = target._pace, [], cut.prompt_ids(PROMPTS[0])[:8]
+def assert_paced(target, first: int, more: int, ids: list[int]) -> None:
+    """Asked for `more` threads, a forward runs on `first` while `more` measured slower at its
+    size and on `more` while faster (a spy on the pace), torch's count set back after."""
+    pace, ran = target.pace, []
     saved, observe = dict(pace.ema), pace.observe
     pace.observe = lambda n, s, size: (ran.append(n), observe(n, s, size))
     prev = target.set_threads(more)
@@ -264,6 +261,24 @@ def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ra
         target.set_threads(prev)
         pace.ema = saved
         del pace.observe
+
+
+def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ran_slower(
+        cut, compiled):
+    target = compiled.target
+    if len(target.graph_threads) < 2:
+        pytest.skip("one core: one thread count")
+    assert_paced(target, *target.graph_threads, cut.prompt_ids(PROMPTS[0])[:8])
+
+
+def test_eager_target_on_every_core_keeps_to_duos_share_where_that_ran_slower(cut):
+    """load_target gives an eager CPU target the pace where the cores outnumber duo's share."""
+    target = cut.target
+    target.use_pace(1)
+    try:
+        assert_paced(target, 1, 2, cut.prompt_ids(PROMPTS[0])[:8])
+    finally:
+        target.pace = None
 
 
 def test_compiled_target_runs_one_graph_per_chunk_across_spans(compiled, eager_spans):

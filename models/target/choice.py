@@ -72,7 +72,8 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
     of the cores while duo decodes (models/fit/placement.target_share); on the CPU `auto`
     times both paths at that count (again with `remeasure`) and a compiled target is compiled
     for it (its graphs keep it), so duo's draft and target never outnumber the cores, and for
-    `cores` too where that is more (vanilla, sps and duo's solo rounds take every core)."""
+    `cores` too where that is more (vanilla, sps and duo's solo rounds take every core). On
+    `cores`, either path runs a forward only while that measured faster (use_pace)."""
     from models.target.static import StaticTarget
     from models.target.eager import TorchTarget, cpu_threads
 
@@ -99,6 +100,8 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
     else:
         target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                              pack=pack, remeasure=remeasure)
+        if cpu and cores and cores > threads:  # vanilla's and sps's every core, while faster
+            target.use_pace(threads)
     why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times,
                                                          getattr(target, "graph_threads", ()))
     target.compile_choice = f"{compile}: {why}"

@@ -4,6 +4,7 @@ prefix. models/target/static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
 import gc
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.fit.footprint import trained_window
+from models.fit.pace import Pace
 from models.target.sampling import device_scores
 
 
@@ -42,6 +44,8 @@ class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
     fixed_threads: int | None = None  # a compiled CPU target's first count (duo's share)
     graph_threads: tuple[int, ...] = ()  # the counts its graphs run at (none: any)
+    pace: Pace | None = None  # use_pace: a forward on more threads only while they are faster
+    pace_first = 0  # the count a forward keeps to while more measured slower
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
@@ -100,8 +104,8 @@ class TorchTarget:
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         try:
-            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                             logits_to_keep=n_rows)
+            out = self.paced(len(tokens), lambda: self.model(
+                input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_rows))
         except BaseException:  # the layers may have appended part of the chunk: start over
             self.rollback(0)
             raise
@@ -144,6 +148,26 @@ class TorchTarget:
             if hasattr(layer, "activate_past_recording"):
                 layer.activate_past_recording()
         return cache
+
+    def use_pace(self, first: int) -> None:
+        """On the CPU, a forward asked for more threads than `first` (duo's share) keeps to
+        `first` while more measured slower at its size (models/fit/pace.py): the app's
+        OpenMP threads spin briefly (models/__init__.py), and beside another busy program
+        spinning threads wait on each other (a compiled forward 110 ms against 48)."""
+        self.pace, self.pace_first = Pace(), first
+
+    def paced(self, size: int, forward):
+        """`forward()` at torch's thread count, or at pace_first while that count measured
+        slower at this size; timed for the pace."""
+        if self.pace is None:
+            return forward()
+        asked, first = torch.get_num_threads(), self.pace_first
+        count = asked if asked <= first or self.pace.prefers(asked, first, size) else first
+        with cpu_threads(count):
+            t0 = time.perf_counter()
+            out = forward()
+            self.pace.observe(count, time.perf_counter() - t0, size)
+        return out
 
     def set_threads(self, n: int) -> int:
         """Set torch's CPU threads; returns the previous count."""

@@ -24,7 +24,6 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.target import flex
-from models.fit.pace import Pace
 from models.target.padding import pad_plan, padded_curve
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
@@ -79,8 +78,8 @@ class StaticTarget(TorchTarget):
         self.graph_threads = (self.fixed_threads,) if self.fixed_threads else ()
         if self.fixed_threads and more_threads and more_threads != self.fixed_threads:
             self.graph_threads += (more_threads,)
-        # more than one count: each forward asked for the more takes it while it is faster
-        self._pace = Pace() if len(self.graph_threads) > 1 else None
+        if len(self.graph_threads) > 1:  # a forward asked for the more takes it while faster
+            self.use_pace(self.fixed_threads)
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
@@ -219,22 +218,9 @@ class StaticTarget(TorchTarget):
             graph_thread()
         if self._dynamic_chunk:  # one graph for chunks of 2..32 (1 is its own)
             torch._dynamo.maybe_mark_dynamic(offsets, 0)
-        choice, logits = self._paced(asked, size, offsets, keys)
+        choice, logits = self.paced(size, lambda: self._step(self._upload, offsets, keys))
         self.cached_ids += piece
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
-
-    def _paced(self, asked: int, size: int, offsets: torch.Tensor, keys: torch.Tensor):
-        """The step; with two CPU counts at `asked`, or at the first while `asked` measured
-        slower at this size (models/fit/pace.py), timed for the pace."""
-        if self._pace is None:
-            return self._step(self._upload, offsets, keys)
-        first = self.fixed_threads
-        count = asked if asked == first or self._pace.prefers(asked, first, size) else first
-        with cpu_threads(count):
-            t0 = time.perf_counter()
-            out = self._step(self._upload, offsets, keys)
-            self._pace.observe(count, time.perf_counter() - t0, size)
-        return out
 
     def _size(self, n: int) -> int:
         """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
@@ -289,8 +275,8 @@ class StaticTarget(TorchTarget):
                 progress(f"compiling the target forward{where}: chunk {size} "
                          f"({i}/{len(self.buckets)})")
             for k in range(3):  # CUDA graphs record on a later call than the first
-                if k and self._pace is not None:  # the last call's time seeds the pace
-                    self._pace.forget(self._threads(), size)
+                if k and self.pace is not None:  # the last call's time seeds the pace
+                    self.pace.forget(self._threads(), size)
                 self.rollback(0)
                 self.score([1] * size, 1, SamplingConfig())
 

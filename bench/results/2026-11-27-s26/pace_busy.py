@@ -19,11 +19,11 @@ from models.target.static import StaticTarget  # noqa: E402
 torch.set_num_threads(1)
 tg = StaticTarget(smol_dir("float32"), "cpu", 1024, "float32", compile=True, more_threads=2)
 if os.environ.get("NOPACE"):
-    tg._pace = None
+    tg.pace = None
 ran: Counter = Counter()
-if tg._pace is not None:
-    observe = tg._pace.observe
-    tg._pace.observe = lambda n, s, size=1: (ran.update([n]), observe(n, s, size))
+if tg.pace is not None:
+    observe = tg.pace.observe
+    tg.pace.observe = lambda n, s, size=1: (ran.update([n]), observe(n, s, size))
 torch.set_num_threads(2)
 ids = [(i * 37) % 5000 + 100 for i in range(400)]
 times = []
