@@ -1,10 +1,11 @@
 """Which of two thread counts runs faster now: each count's time per call as it runs (an ema,
 per size class), so a side that takes every core gives them back when another program takes
 one. The draft (models/draft/llama.py): llama.cpp's own pool spins at its barriers, so a
-thread that loses its core stalls every decode. The compiled CPU target
-(models/target/static.py): its OpenMP threads spin briefly (models/__init__.py), and each of
-a forward's few hundred parallel regions waits for a thread that is off its core (on the
-2-core Xeon two threads took 27 ms a token idle, 99 beside a busy loop; one 47)."""
+thread that loses its core stalls every decode. The CPU target on every core
+(models/target/eager.py: TorchTarget.paced, for both paths): its OpenMP threads spin briefly
+(models/__init__.py), and each of a compiled forward's few hundred parallel regions waits for
+a thread that is off its core (on the 2-core Xeon two threads took 27 ms a token idle, 99
+beside a busy loop; one 47)."""
 from __future__ import annotations
 
 EMA = 0.2
