@@ -19,7 +19,7 @@ os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
 os.environ.setdefault("DUO_TARGET_PACK", "off")  # packed weights: tests/test_target_packed.py
 # two workers share the cores: OpenMP threads sleep at once (spinning beside the other
-# worker doubles a forward's time: models/target/pace.py)
+# worker doubles a forward's time: models/fit/pace.py)
 os.environ.setdefault("GOMP_SPINCOUNT", "0")
 import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
 from tests.profiles import use_fixed_profiles  # noqa: E402

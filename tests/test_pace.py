@@ -1,6 +1,6 @@
 """The pace per size class (models/fit/pace.py; its probing: tests/test_draft_alone.py), as
-the compiled CPU target uses it (its forwards on every core unless they ran slower at that
-chunk size: tests/test_target_static.py), and the app's OpenMP wait default
+the CPU target uses it (its forwards on every core unless they ran slower at that size, on
+both paths: tests/test_target_static.py), and the app's OpenMP wait default
 (models/__init__.py)."""
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def test_forget_drops_one_count_s_time_at_a_size_class():
 
 
 def _policy(env: dict) -> str:
-    code = "import os, models; print(os.environ.get('GOMP_SPINCOUNT'), os.environ['OMP_WAIT_POLICY'])"
+    code = ("import os, models; "
+            "print(os.environ.get('GOMP_SPINCOUNT'), os.environ['OMP_WAIT_POLICY'])")
     base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, **env},
                           capture_output=True, text=True, check=True).stdout.strip()
