@@ -109,22 +109,24 @@ class Telemetry:
     def plain_round(self, budget: DraftBudget, start: float, vspan, solo: bool = False) -> None:
         """One target token, no draft (the budget fell back to plain decoding, or the draft is
         prefilling beside the target); `solo`: on every core, the worker idle."""
-        self.stats.plain_rounds += 1
-        rec = self.round(start, (start, start), vspan, 0, 0)
-        self.observe(budget, rec, 0, 0, None, timed=not solo)
-        if solo and self.last_scored == 1:
-            budget.observe_solo(vspan[1] - vspan[0], 1)
+        self._alone(budget, start, vspan, 0, 0, solo)
 
     def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict,
                      solo: bool = False) -> None:
         """The lookup's continuation verified with the worker idle (no chunk beside it): a
         plain round for the model draft (its budget said it cannot pay, or there is none);
-        `solo`: on every core, its verify time kept apart from those beside the draft."""
-        self.stats.plain_rounds += 1
+        `solo`: on every core."""
         self.stats.lookup_solo += solo
         n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
-        rec = self.round(start, (start, start), vspan, n, verdict.accepted)
-        self.observe(budget, rec, n, verdict.accepted, None, timed=not solo)
+        self._alone(budget, start, vspan, n, verdict.accepted, solo)
+
+    def _alone(self, budget: DraftBudget, start: float, vspan, n: int, accepted: int,
+               solo: bool) -> None:
+        """A round of n draft tokens with the worker idle; a solo one's verify time is kept
+        apart from those beside the draft."""
+        self.stats.plain_rounds += 1
+        rec = self.round(start, (start, start), vspan, n, accepted)
+        self.observe(budget, rec, n, accepted, None, timed=not solo)
         if solo and self.last_scored == n + 1:
             budget.observe_solo(vspan[1] - vspan[0], n + 1)
 

@@ -77,6 +77,13 @@ class FakeTarget(Threads):
         del self.cache[n_keep:]
 
 
+class ThreadedTarget(FakeTarget):
+    """Records its thread count (torch's, for a real target) at each forward."""
+    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
+        self.scored_at = getattr(self, "scored_at", []) + [self.threads]
+        return super().score(tokens, n_rows, sampling, check, adjust)
+
+
 class FakeDrafter(Threads):
     """Samples from Q with the shared transform; `script` forces proposals (greedy edge cases)."""
     name = "fake-draft"
@@ -171,6 +178,13 @@ def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Prof
     return Profile(draft_token_s=draft_s,
                    verify_s=[verify_base + verify_per_token * n for n in range(1, 33)],
                    draft_step_s={k: draft_s for k in range(1, 5)})  # batching is free
+
+
+def solo_profile(div: float = 2.0) -> Profile:
+    """fake_profile() where a verify alone (the worker idle) on 2 threads takes 1/div as long."""
+    profile = fake_profile()
+    profile.solo_verify_s, profile.solo_threads = [v / div for v in profile.verify_s], 2
+    return profile
 
 
 def decode(ids):

@@ -263,12 +263,14 @@ def test_threads_other_than_the_importer_set_up_their_graph_trees(cpu_compiled, 
     monkeypatch.setattr(torch.compiler, "reset", lambda: None)  # the twins' code stays
     monkeypatch.setattr(cpu_compiled, "_graphs", True)
     owners = [Owner() for _ in range(3)]
-    with pytest.raises(AssertionError):
-        owners[0].call(trees.get_container, 0)
-    assert owners[1].call(step_then_lookup).device_index == 0
-    assert owners[2].call(release_then_lookup).device_index == 0
-    for owner in owners:
-        owner.stop()
+    try:
+        with pytest.raises(AssertionError):
+            owners[0].call(trees.get_container, 0)
+        assert owners[1].call(step_then_lookup).device_index == 0
+        assert owners[2].call(release_then_lookup).device_index == 0
+    finally:
+        for owner in owners:
+            owner.stop()
 
 
 def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):

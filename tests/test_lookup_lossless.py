@@ -20,8 +20,8 @@ from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
 from core.verify import sampled_scores, verify_sampled
 from tests.conftest import vanilla_ids
-from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, decode,
-                         fake_profile, markov)
+from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, ThreadedTarget,
+                         decode, fake_profile, markov, solo_profile)
 from tests.test_sampling_lossless import assert_matches
 
 V = 24
@@ -114,30 +114,14 @@ def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
         assert len(guess) < max(n, 1)  # the last drafted token is never decoded
 
 
-def solo_profile():
-    """fake_profile() where a verify alone (the worker idle) on 2 threads takes half as long."""
-    profile = fake_profile()
-    profile.solo_verify_s, profile.solo_threads = [v / 2 for v in profile.verify_s], 2
-    return profile
-
-
-class ThreadedTarget(FakeTarget):
-    """Records torch's thread count (here: its own) at each forward."""
-    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
-        self.scored_at = getattr(self, "scored_at", []) + [self.threads]
-        return super().score(tokens, n_rows, sampling, check, adjust)
-
-
 def solo_run(lookup: str, div: float, **options):
     """duo on a target whose verifies alone (the worker idle) on 2 threads take 1/div as long,
     the budget seeing the profile's times (ScriptedLearned): its ids, stats, the thread count
     of each verify and whether the worker drafted beside it."""
-    profile = fake_profile()
-    profile.solo_verify_s, profile.solo_threads = [v / div for v in profile.verify_s], 2
     target, drafter = ThreadedTarget(P), FakeDrafter(P)
     target.set_threads(1)
-    ids, _, stats = run("duo", lookup, target=target, drafter=drafter, profile=profile,
-                        learned=ScriptedLearned(), **options)
+    ids, _, stats = run("duo", lookup, target=target, drafter=drafter,
+                        profile=solo_profile(div), learned=ScriptedLearned(), **options)
     beside = [r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"]]
     assert target.threads == 1 and len(target.scored_at) == len(beside)
     return ids, stats, target.scored_at, beside, drafter

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.budget import PROBE_EVERY, DraftBudget, Profile
 from core.engine import GenConfig, generate
-from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, markov
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, ThreadedTarget, decode, markov
 
 P = markov(16, seed=3, sharp=0.3)
 
@@ -84,13 +84,6 @@ def test_draft_threads_are_picked_by_measurement(tmp_path, monkeypatch):
     drafter.TIMES = {}  # cached: a second call measures nothing
     assert pick_draft_threads("fake-pair", drafter, 7) == times
     assert pick_draft_threads("fake-pair", drafter, 1) == {1: 0.0}
-
-
-class ThreadedTarget(FakeTarget):
-    """Records its thread count at each forward."""
-    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
-        self.scored_at = getattr(self, "scored_at", []) + [self.threads]
-        return super().score(tokens, n_rows, sampling, check, adjust)
 
 
 def test_duo_s_plain_rounds_take_every_core_while_the_worker_is_idle():

@@ -7,6 +7,7 @@ the target are timed apart, not side by side as duo runs them: the budget's onli
 (core/learned.py) follow what a generation really gets (docs/target-choice.md)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -26,17 +27,22 @@ MAX_SEQS = 4
 ROUNDS = 3  # timed rounds per measurement (after one warm-up round); the minimum is kept
 BUSY = 0.25  # other processes' share of the cores above which a measurement was "under load"
 def machine_key() -> str:
+    # the OpenMP wait settings (models/__init__.py) change what threads are worth
+    wait = f"{os.environ.get('OMP_WAIT_POLICY', '')}/{os.environ.get('GOMP_SPINCOUNT', '')}"
+    return f"{platform.node()}|{_cpu_name()}|{wait}"
+
+
+@functools.cache
+def _cpu_name() -> str:
+    """The CPU's model name, read once (a profile is looked up at every generation)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    # the OpenMP wait settings (models/__init__.py) change what threads are worth
-    wait = f"{os.environ.get('OMP_WAIT_POLICY', '')}/{os.environ.get('GOMP_SPINCOUNT', '')}"
-    return f"{platform.node()}|{cpu}|{wait}"
+    return cpu
 
 
 def machine_load(seconds: float = 0.25) -> float | None:

@@ -42,8 +42,7 @@ def pick_dtype(device: str, name: str = "auto") -> str:
 
 class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
-    fixed_threads: int | None = None  # a compiled CPU target's first count (duo's share)
-    graph_threads: tuple[int, ...] = ()  # the counts its graphs run at (none: any)
+    graph_threads: tuple[int, ...] = ()  # a compiled CPU target's counts (none: any count)
     pace: Pace | None = None  # use_pace: a forward on more threads only while they are faster
     pace_first = 0  # the count a forward keeps to while more measured slower
 
@@ -148,6 +147,12 @@ class TorchTarget:
             if hasattr(layer, "activate_past_recording"):
                 layer.activate_past_recording()
         return cache
+
+    @property
+    def fixed_threads(self) -> int | None:
+        """A compiled CPU target's first count (duo's share), which a count it has no graphs
+        for falls back to; None: any count runs."""
+        return self.graph_threads[0] if self.graph_threads else None
 
     def use_pace(self, first: int) -> None:
         """On the CPU, a forward asked for more threads than `first` (duo's share) keeps to

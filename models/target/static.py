@@ -74,10 +74,9 @@ class StaticTarget(TorchTarget):
             _COMPILED.add(self)
         # compiled on the CPU for torch's thread count now (models/target/choice.py sets it:
         # duo's share) and for `more_threads` too (every core: vanilla, sps, duo's solo rounds)
-        self.fixed_threads = torch.get_num_threads() if compile and not cuda else None
-        self.graph_threads = (self.fixed_threads,) if self.fixed_threads else ()
-        if self.fixed_threads and more_threads and more_threads != self.fixed_threads:
-            self.graph_threads += (more_threads,)
+        if compile and not cuda:
+            self.graph_threads = tuple(dict.fromkeys(
+                n for n in (torch.get_num_threads(), more_threads) if n))
         if len(self.graph_threads) > 1:  # a forward asked for the more takes it while faster
             self.use_pace(self.fixed_threads)
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
@@ -263,20 +262,23 @@ class StaticTarget(TorchTarget):
         t0 = time.perf_counter()
         for n in self.graph_threads or (0,):
             with cpu_threads(n):
-                self._warm_buckets(progress, f" for {n} thread{'s' * (n > 1)}" * (n > 0))
+                self._warm_buckets(progress, n)
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
 
-    def _warm_buckets(self, progress, where: str) -> None:
+    def _warm_buckets(self, progress, n: int) -> None:
+        """Each bucket three times at `n` CPU threads (0: as they are); the last call's time
+        seeds the pace."""
+        where = f" for {n} thread{'s' * (n > 1)}" * (n > 0)
         for i, size in enumerate(self.buckets, 1):
             if progress:
                 progress(f"compiling the target forward{where}: chunk {size} "
                          f"({i}/{len(self.buckets)})")
             for k in range(3):  # CUDA graphs record on a later call than the first
-                if k and self.pace is not None:  # the last call's time seeds the pace
-                    self.pace.forget(self._threads(), size)
+                if k and self.pace is not None:  # a compile's time is no pace
+                    self.pace.forget(n, size)
                 self.rollback(0)
                 self.score([1] * size, 1, SamplingConfig())
 
