@@ -8,7 +8,7 @@ import math
 import os
 import sys
 
-from core.config import LOOKUP_CHOICES
+from core.config import LOOKUP_CHOICES, SCHEDULES
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
 from models.target.choice import check_ctx_size
@@ -126,6 +126,11 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
                         "suffix index, no model; docs/lookup.md). auto: the draft budget picks "
                         "the model's chunk, the lookup's or both each round; on: the lookup's "
                         "whenever it has one; off: model drafts only")
+    p.add_argument("--schedule", choices=SCHEDULES, default="auto",
+                   help="duo: overlap (the draft writes the next chunk while the target "
+                        "verifies), turns (the chunk, then its verify, each on every core: a "
+                        "CPU target shares the draft's cores), auto (the faster priced for "
+                        "this machine and pair, each generation; overlap on a GPU)")
 
 
 def parse_gamma(value: str) -> int | None:
@@ -137,8 +142,9 @@ def parse_gamma(value: str) -> int | None:
         raise ValueError(f"--gamma must be 'auto' or a number, got '{value}'") from None
 
 
-def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
-    """`lookup`: instead of args.lookup (the benchmark's methods that never look up)."""
+def gen_config(args, method: str, lookup: str | None = None,
+               schedule: str | None = None) -> GenConfig:
+    """`lookup`, `schedule`: instead of args' (the benchmark's methods they do not apply to)."""
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
@@ -147,7 +153,8 @@ def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
                     stop_strings=tuple(args.stop), sequential=args.sequential,
                     multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
                     theta_scale=args.theta_scale, static_k=args.static_k,
-                    predraft=args.predraft == "on", lookup=lookup or args.lookup)
+                    predraft=args.predraft == "on", lookup=lookup or args.lookup,
+                    schedule=schedule or args.schedule)
     cfg.validate()
     return cfg
 

@@ -126,6 +126,7 @@ class Knobs(Strict):
     theta_scale: float = Field(1.0, gt=0, le=100)
     predraft: bool = True  # duo: pre-draft likely rejection outcomes (the cost model decides)
     lookup: Literal["auto", "on", "off"] = "auto"  # duo, lookup: suffix-index drafts
+    schedule: Literal["auto", "overlap", "turns"] = "auto"  # duo's (core/turns.py)
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
@@ -144,6 +145,13 @@ class Knobs(Strict):
                                 f"'{self.method}' (lookup drafts: duo and lookup; lookup "
                                 "needs them)", param="lookup", code="invalid_value")
         return self.lookup
+
+    def schedule_for_method(self) -> str:
+        """`schedule`, refused by name where the method has none to choose."""
+        if self.schedule != "auto" and self.method != "duo":
+            raise ApiError(400, f"schedule: '{self.schedule}' applies to method 'duo', not "
+                                f"'{self.method}'", param="schedule", code="invalid_value")
+        return self.schedule
 
     def token_bias(self) -> dict[int, float]:
         out = {}
@@ -181,7 +189,7 @@ class Knobs(Strict):
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup_for_method(),
+                         lookup=self.lookup_for_method(), schedule=self.schedule_for_method(),
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,

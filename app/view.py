@@ -172,6 +172,8 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
         ("target busy / idle", f"{_s(stats['target_busy_s'])} / {_s(stats['target_idle_s'])}"),
         ("threads", f"draft {threads.get('draft', '?')}, target {threads.get('target', '?')}"),
     ]
+    if stats.get("schedule"):  # duo: overlapped or in turns, and why (core/turns.py)
+        rows.append(("schedule", stats["schedule"]["reason"]))
     if seed is not None:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)

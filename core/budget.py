@@ -177,6 +177,13 @@ class DraftBudget:
                 if self.draft_s(g + 1) <= self.verify_s(g + 1)]
         return max(fits) if fits else 1
 
+    def best_rate(self, alpha: float | None = None) -> float:
+        """Expected tokens/s at the best gamma (the fixed one when fixed), or of the target
+        alone where no gamma beats it, at `alpha` (None: the learned acceptance)."""
+        gammas = [self.fixed] if self.fixed else range(1, self.max_gamma + 1)
+        best = max(self.expected_rate(g, alpha) for g in gammas)
+        return best if self.fixed else max(best, self.plain_rate())
+
     def plain_rate(self) -> float:
         """Tokens/s of the target alone (gamma 0: no draft)."""
         return 1.0 / max(self.verify_s(1), 1e-9)

@@ -19,13 +19,14 @@ from core.logprobs import emitted
 from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
-from core.rounds import (branch_policy, close_worker, flat_profile, plain_round, round_alone,
-                         predraft_plan, prefill_draft, prefill_duo)
+from core.rounds import (branch_policy, close_worker, draft_worker, flat_profile, plain_round,
+                         predraft_plan, prefill_draft, prefill_duo, round_alone)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
-from core.scheduler import Drafted, DraftWorker
+from core.scheduler import Drafted
 from core.suffix import ContextLookup, SuffixMemory
 from core.telemetry import Telemetry
+from core.turns import TURNS, turns_loop
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 
@@ -118,17 +119,19 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     learned (budget, first-token odds, draft health, lookup bands), updated in place. The
     target keeps what it holds of the prompt (cfg.cache_prompt). `grammar`:
     cfg.response_format compiled (models/grammar.py), fresh for this generation.
-    `lookup_memory`: earlier requests the lookup consults beside this context (read only)."""
+    `lookup_memory`: earlier requests the lookup consults beside this context (read only).
+    duo runs in turns where cfg.schedule says so (core/turns.py), with a budget of its own."""
     learned = learned if learned is not None else Learned()
     if cfg.method not in ("vanilla", "lookup") and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     run = Run(target, prompt, cfg, decode, learned.odds, grammar)
     run.learned = learned
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo, "lookup": _lookup}[cfg.method]
+    loop, key = (turns_loop, TURNS) if cfg.turns else (loop, cfg.method)
     budget = None
     if cfg.method != "vanilla":
-        budget = learned.budget(cfg.method, profile or flat_profile(),
-                                overlap=cfg.method == "duo", fixed=cfg.gamma)
+        budget = learned.budget(key, profile or flat_profile(),
+                                overlap=cfg.method == "duo" and not cfg.turns, fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
         if cfg.uses_lookup:
             run.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
@@ -147,7 +150,7 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
             f"({len(run.ctx)} in context): try a shorter prompt or fewer new tokens, or load "
             "the pair with a smaller target precision (--target-quant int8 or int4)") from e
     if budget is not None:
-        learned.keep(cfg.method, budget)
+        learned.keep(key, budget)
         run.stats.gamma_profile = budget.explain()
     yield run.finish(last)
 
@@ -199,9 +202,7 @@ def _lookup(run: Run, drafter, budget: DraftBudget) -> Iterator[Event]:
 
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=True,
-                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
-                         adjust=run.adjust and run.adjust.for_draft())
+    worker = draft_worker(run, drafter, sequential=True)
     try:
         if run.cfg.prefill_threads:
             prefill_draft(run, drafter, worker)
@@ -229,9 +230,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     extended by it. The worker drafts after the model's part only: its chunk is the next
     draft when it wrote what the target kept past that part (the lookup's tokens that passed
     and the target's own), so a lookup that misses leaves the model's chunk ready."""
-    worker = DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=run.cfg.sequential,
-                         timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
-                         adjust=run.adjust and run.adjust.for_draft())
+    worker = draft_worker(run, drafter, sequential=run.cfg.sequential)
     branching, telemetry = branch_policy(run, budget), run.telemetry
     predraft = _predraft_policy(run, budget)
     draft, short = Draft(), False

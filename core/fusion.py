@@ -65,7 +65,7 @@ class LookupPolicy:
                                            (fused, model, "fused", model_p)):
             for alone in (False, True) if solo else (False,):
                 if found:
-                    rate, n = self._best_length(budget, prior, found, beside, miss, alone)
+                    rate, n = self.best_length(budget, prior, found, beside, miss, alone)
                     draft = base.plus(found.cut(n), self.sampled)
                     options.append((rate, Pick(draft, source, True, alone)))
         best = max(options, key=lambda o: o[0])
@@ -106,7 +106,7 @@ class LookupPolicy:
             found = found.cut(_allowed(run, pending, found.tokens))
         return found
 
-    def _best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
+    def best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
                      beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
         probs = self.bands.pass_probs(found.conf, found.source)
 

@@ -51,6 +51,13 @@ def round_alone(run, budget: DraftBudget, start: float, pick: Pick) -> Event:
     return run.commit(draft, verdict)
 
 
+def draft_worker(run, drafter: Drafter, sequential: bool) -> DraftWorker:
+    """The generation's draft worker; `sequential`: it drafts on the caller's thread."""
+    return DraftWorker(drafter, run.cfg.sampling, run.cfg.seed, sequential=sequential,
+                       timeout_s=run.cfg.draft_timeout_s, sampler=run.cfg.sampler,
+                       adjust=run.adjust and run.adjust.for_draft())
+
+
 def close_worker(run, worker: DraftWorker) -> None:
     """End the draft thread; its failures become warnings and mark the draft for a reset."""
     run.learned.busy_draft = worker.close()

@@ -14,9 +14,11 @@ from typing import Callable, Iterator
 
 from core.backends import TargetOutOfMemory
 from core.learned import Learned
+from core.config import SCHEDULES
 from core.engine import GenConfig, generate
 from core.output import Event
 from core.suffix import SuffixMemory
+from core.turns import TURNS, Schedule, choose
 from models.pairs.catalog import PairError, draft_path, get_pair, target_source
 from models.pairs.convert import converted_dir
 from models.draft.format import pick_draft
@@ -43,6 +45,9 @@ class LoadOptions:
     target_pack: str = "auto"  # auto (a float32 CPU target, where the copy fits), on, off
     remeasure: bool = False  # time the path, the draft threads and the budget profiles again
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # duo's schedule where a generation leaves it auto (core/turns.py): auto (priced each
+    # generation), overlap or turns; from DUO_SCHEDULE (the suite holds overlap: conftest.py)
+    schedule: str = field(default_factory=lambda: os.environ.get("DUO_SCHEDULE", "auto"))
 
 
 LOOKUP_MEMORY_TOKENS = 1 << 17  # earlier requests' tokens the lookup keeps (oldest go first)
@@ -157,24 +162,26 @@ class Pair:
         return self.placement().apply(self.threads(method), self.drafter, self.target)
 
     def ensure_profile(self, method: str, remeasure: bool = False,
-                       threads: Threads | None = None):
+                       threads: Threads | None = None, key: str | None = None):
         """The budget profile for `method`'s thread split (`threads`: already applied; else
         asked and applied here): cached, or measured when asked, at --remeasure, or when the
-        last generation's times drifted WIDE off it."""
+        last generation's times drifted WIDE off it (the learned budget `key`, else
+        `method`'s: duo in turns keeps its own on sps's profile)."""
         from models.fit.profiler import load_or_measure, spot_check
 
         threads = threads or self.apply_threads(method)
         split = (threads.draft, threads.target)
-        drift = self.learned.drifted(method)  # online times far off the profile
+        key = key or method
+        drift = self.learned.drifted(key)  # online times far off the profile
         again = remeasure or (self.opts.remeasure and split not in self._remeasured)
         if drift and not again:  # a second's spot check first: the whole profile takes many
-            old = self.learned.budgets[method]["profile"]
-            again = not self.learned.measured_again(method, old,
+            old = self.learned.budgets[key]["profile"]
+            again = not self.learned.measured_again(key, old,
                                                     spot_check(self.drafter, self.target))
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target, split,
                                        again, self._progress)
         if drift and again:
-            self.learned.measured_again(method, self.learned.budgets[method]["profile"],
+            self.learned.measured_again(key, self.learned.budgets[key]["profile"],
                                         self.profile)
         self.profile.draft_threads = dict(self._thread_times)
         solo, solo_threads = self._solo(method, threads, again)  # then both priced as run:
@@ -255,17 +262,21 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        threads = self.apply_threads(cfg.method)  # asked once, applied once, passed down
+        cfg, schedule = self._schedule(cfg)
+        side = "sps" if cfg.turns else cfg.method  # duo in turns: sps's threads and profile
+        threads = self.apply_threads(side)  # asked once, applied once, passed down
         cfg = replace(cfg, prefill_threads=threads.prefill)
         vanilla = cfg.method == "vanilla"
-        profile = None if vanilla else self.ensure_profile(cfg.method, threads=threads)
+        profile = None if vanilla else self.ensure_profile(side, threads=threads,
+                                                           key=TURNS if cfg.turns else None)
         drafter = None if cfg.method in ("vanilla", "lookup") else self.drafter
         grammar = self.grammars.compile(cfg.response_format)
         out: list[int] = []
         try:
             for ev in self._events(generate(self.target, drafter, prompt_ids, cfg, self.decode,
                                             profile, stop, learned=self.learned, grammar=grammar,
-                                            lookup_memory=self.lookup_memory), threads):
+                                            lookup_memory=self.lookup_memory), threads,
+                                   schedule):
                 out += ev.tokens
                 if ev.done:  # the lookup remembers it for later requests
                     self.lookup_memory.add(list(prompt_ids) + out)
@@ -274,10 +285,36 @@ class Pair:
             _empty_cuda_cache(self.target.device)  # the next generation starts with room
             raise
 
-    def _events(self, events: Iterator[Event], threads: Threads) -> Iterator[Event]:
+    def _schedule(self, cfg: GenConfig) -> tuple[GenConfig, Schedule | None]:
+        """duo's schedule (core/turns.py): the user's (the generation's, else the pair's
+        default); overlap where the target does not
+        share the draft's cores (cuda) or an option applies to it alone (--sequential,
+        --static-k); else the one priced faster from both profiles (measured once each)."""
+        if cfg.method != "duo":
+            return cfg, None
+        wanted = cfg.schedule if cfg.schedule != "auto" else self.opts.schedule
+        if wanted not in SCHEDULES:
+            raise ValueError(f"unknown schedule '{wanted}' (DUO_SCHEDULE); known: "
+                             f"{', '.join(SCHEDULES)}")
+        if wanted != "auto":
+            by = "asked for" if cfg.schedule != "auto" else "the default (DUO_SCHEDULE)"
+            schedule = Schedule(wanted, f"{wanted}: {by}")
+        elif self.placement().on_cuda:
+            schedule = Schedule("overlap", "the target runs on the GPU, beside the draft's cores")
+        elif cfg.sequential or cfg.static_k:
+            schedule = Schedule("overlap", "--sequential and --static-k run it")
+        else:
+            profiles = [self.ensure_profile(side) for side in ("duo", "sps")]
+            schedule = choose(self.learned, *profiles, cfg.gamma)
+        return replace(cfg, schedule=schedule.kind), schedule
+
+    def _events(self, events: Iterator[Event], threads: Threads,
+                schedule: Schedule | None) -> Iterator[Event]:
         for ev in events:
             if ev.stats is not None:
                 ev.stats["threads"] = threads.to_dict()
+                if schedule is not None:
+                    ev.stats["schedule"] = schedule.to_dict()
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype
                 ev.stats["target_device"] = self.target.device

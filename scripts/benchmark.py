@@ -3,7 +3,8 @@ DIR/figure1.png and prints markdown tables (per method and category; ratios betw
 
 Methods: vanilla, sps, duo, lookup (model-free drafts alone), plus duo variants: duo-single (one
 sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no pre-drafting of rejection
-outcomes), duo-nolookup (no lookup drafts), the rejection sampler (sps-rejection,
+outcomes), duo-nolookup (no lookup drafts), duo-overlap / duo-turns (duo's schedule held, not
+priced: core/turns.py), the rejection sampler (sps-rejection,
 duo-rejection; the others use --sampler), and peers on the same target: hf-assisted
 (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt lookup),
 hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone),
@@ -37,7 +38,8 @@ from measure.replay import (CHANGES, forget, own_learning, replay_config,  # noq
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
             "sps-rejection": {"method": "sps", "sampler": "rejection"},
-            "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"}}
+            "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"},
+            "duo-overlap": {"schedule": "overlap"}, "duo-turns": {"schedule": "turns"}}
 LOOKUP_METHODS = ("duo", "lookup")  # --lookup applies to these; the others never look up
 
 
@@ -109,12 +111,13 @@ def method_config(args, name: str):
     if name.endswith("-json"):
         return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
-        return peer_config(name, gen_config(args, "vanilla", lookup="auto"))
+        return peer_config(name, gen_config(args, "vanilla", lookup="auto", schedule="auto"))
     base = name if name in METHODS else VARIANTS.get(name, {}).get("method", "duo")
     if name not in METHODS and name not in VARIANTS:
         known = ", ".join(list(METHODS) + list(VARIANTS) + list(PEERS))
         raise ValueError(f"unknown method '{name}'; known: {known}")
-    cfg = gen_config(args, base, lookup=None if base in LOOKUP_METHODS else "auto")
+    cfg = gen_config(args, base, lookup=None if base in LOOKUP_METHODS else "auto",
+                     schedule=None if base == "duo" else "auto")
     for k, v in VARIANTS.get(name, {}).items():
         setattr(cfg, k, v)
     return cfg
