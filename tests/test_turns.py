@@ -10,6 +10,7 @@ import json
 import pytest
 
 from app.openai_io import ApiError, ChatRequest, parse
+from app.view import final_panel
 from core.budget import DraftBudget, Profile
 from core.engine import GenConfig
 from core.learned import Learned
@@ -19,7 +20,7 @@ from models.fit.placement import Placement
 from tests.fakes import FakeDrafter
 from tests.profiles import fixed_profile
 from tests.test_api_lookup import GOOD
-from tests.test_lookup_lossless import P, run
+from tests.test_lookup_lossless import COPY, P, run
 from tests.test_sampling_lossless import (N_TOKENS, P_TARGET, Q_DRAFT, assert_matches,
                                           exact_joint, sample_joint)
 from tests.test_seeded import texts
@@ -47,6 +48,26 @@ def test_a_round_the_lookup_takes_drafts_nothing():
     _, _, stats = run("duo", "on", drafter=FakeDrafter(P), schedule="turns")
     alone = [r for r in stats["rounds_log"] if r["source"] == "lookup"]
     assert alone and all(r["draft_span"][0] == r["draft_span"][1] for r in alone)
+
+
+def test_the_drafts_prefill_waits_for_its_first_chunk(monkeypatch):
+    """Without the lookup the draft prefills before the first verify, as sps's; with it
+    on, the lookup's rounds go first and the prefill comes at the first model chunk."""
+    import core.turns as turns
+
+    calls, prefill = [], turns.prefill_draft
+    monkeypatch.setattr(turns, "prefill_draft",
+                        lambda run, *a: calls.append(len(run.ctx)) or prefill(run, *a))
+    ref = run("vanilla")[0]
+    for lookup in ("off", "on"):
+        calls.clear()
+        ids, _, stats = run("duo", lookup, schedule="turns", prefill_threads=2)
+        assert ids == ref
+        if lookup == "off":
+            assert calls == [len(COPY)]
+        else:
+            assert stats["rounds_log"][0]["source"] == "lookup"
+            assert all(n > len(COPY) for n in calls)
 
 
 def test_seeded_text_in_turns_is_vanillas():
@@ -116,6 +137,7 @@ def test_the_pair_runs_the_priced_schedule_losslessly(priced):
     assert stats["schedule"]["kind"] == "turns" and "priced" in stats["schedule"]["reason"]
     assert stats["threads"] == priced.threads("sps").to_dict()  # sps's split, every core
     assert TURNS in priced.learned.budgets  # its own budget learned
+    assert f"| schedule | {stats['schedule']['reason']} |" in final_panel(stats)  # the page
 
 
 def test_what_the_pair_does_not_price(priced, monkeypatch):
