@@ -107,7 +107,9 @@ class LookupPolicy:
         return found
 
     def best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
-                     beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
+                    beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
+        """The priced tokens/s of `found`'s best cut after a draft of pass rates `prior`,
+        and that cut's length."""
         probs = self.bands.pass_probs(found.conf, found.source)
 
         def rate(n: int) -> float:  # solo: the index goes on only where the proposal does

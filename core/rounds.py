@@ -18,7 +18,8 @@ CAUGHT_UP = 8  # tokens the draft may be behind when duo's rounds start (the fir
 # duo, shared cores: a prompt of at most this many new tokens prefills the target at its own
 # count beside the draft's prefill (prefill_duo). On a 2-core Intel Xeon, smol-self: 36 to 83
 # tokens 0.96-0.97x the wall of the target's prefill on every core first; 87 to 126 mixed;
-# 170 to 613 1.01-1.06x (docs/draft.md#prompt-prefill)
+# 170 to 613 1.01-1.06x (docs/draft.md#prompt-prefill). duo in turns (core/turns.py): such
+# a prompt's draft prefills first, a longer one's at the draft's first chunk
 TOGETHER = 96
 
 

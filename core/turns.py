@@ -16,7 +16,7 @@ from core.budget import DraftBudget, Profile
 from core.fusion import LOOKUP_MAX, MARGIN, Pick
 from core.learned import Learned
 from core.output import Event
-from core.rounds import close_worker, draft_worker, prefill_draft, round_alone
+from core.rounds import TOGETHER, close_worker, draft_worker, prefill_draft, round_alone
 from core.scheduler import Drafted
 
 TURNS = "duo-turns"  # the turns budget's key in Learned.budgets (duo's own: "duo")
@@ -48,13 +48,17 @@ def choose(learned: Learned, overlap: Profile, turns: Profile, gamma: int | None
 
 def turns_loop(run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     """Each round: the lookup's continuation where it prices above the model's chunk, else
-    the model's chunk (fused with the lookup where that pays), then the verify. The draft's
-    prompt prefill (every core) waits for its first chunk: until then the lookup goes first
-    wherever it prices above the target alone, so a copying answer starts without it (on
-    copy-heavy prompts 0.92x the wall of the draft's prefill first, 2-core Intel Xeon)."""
+    the model's chunk (fused with the lookup where that pays), then the verify. A long
+    prompt's draft prefill (every core) waits for the draft's first chunk: until then the
+    lookup goes first wherever it prices above the target alone, so a copying answer starts
+    without it (on copy-heavy prompts 0.92x the wall of the draft's prefill first, 2-core
+    Intel Xeon); a short one's goes first, so the target's prefill verifies a chunk."""
     worker = draft_worker(run, drafter, sequential=True)
-    ready = not run.cfg.prefill_threads
     try:
+        ready = not run.cfg.prefill_threads
+        if not ready and len(run.ctx) - run.target.n_cached <= TOGETHER:
+            prefill_draft(run, drafter, worker)
+            ready = True
         while True:
             start = time.perf_counter()
             gamma = 0 if worker.failed else run.draft_room(budget.gamma)

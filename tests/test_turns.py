@@ -50,24 +50,26 @@ def test_a_round_the_lookup_takes_drafts_nothing():
     assert alone and all(r["draft_span"][0] == r["draft_span"][1] for r in alone)
 
 
-def test_the_drafts_prefill_waits_for_its_first_chunk(monkeypatch):
-    """Without the lookup the draft prefills before the first verify, as sps's; with it
-    on, the lookup's rounds go first and the prefill comes at the first model chunk."""
+def test_a_long_prompts_draft_prefill_waits_for_its_first_chunk(monkeypatch):
+    """A long prompt (over TOGETHER new tokens): without the lookup the draft prefills
+    before the first verify, as sps's; with it on, the lookup's rounds go first and the
+    prefill comes at the first model chunk. A short prompt's draft prefills first."""
     import core.turns as turns
 
     calls, prefill = [], turns.prefill_draft
     monkeypatch.setattr(turns, "prefill_draft",
                         lambda run, *a: calls.append(len(run.ctx)) or prefill(run, *a))
-    ref = run("vanilla")[0]
-    for lookup in ("off", "on"):
+    long = COPY * (turns.TOGETHER // len(COPY) + 1)
+    for prompt, lookup, first in ((long, "off", True), (long, "on", False),
+                                  (COPY, "on", True)):
         calls.clear()
-        ids, _, stats = run("duo", lookup, schedule="turns", prefill_threads=2)
-        assert ids == ref
-        if lookup == "off":
-            assert calls == [len(COPY)]
+        ids, _, stats = run("duo", lookup, prompt=prompt, schedule="turns", prefill_threads=2)
+        assert ids == run("vanilla", prompt=prompt)[0]
+        if first:
+            assert calls == [len(prompt)]
         else:
             assert stats["rounds_log"][0]["source"] == "lookup"
-            assert all(n > len(COPY) for n in calls)
+            assert all(n > len(prompt) for n in calls)
 
 
 def test_seeded_text_in_turns_is_vanillas():
