@@ -9,10 +9,10 @@ import numpy as np
 
 from core.backends import Draft
 from core.bands import LookupBands, expected_tokens
-from core.budget import DraftBudget
+from core.budget import MAX_GAMMA, DraftBudget
 from core.suffix import ContextLookup, Lookup
 
-LOOKUP_MAX = 31  # draft tokens at most with a lookup in it: with the last token, the 32 bucket
+LOOKUP_MAX = MAX_GAMMA  # draft tokens at most with a lookup in it (core/budget.py: MAX_VERIFY)
 MARGIN = 0.05  # a lookup must win by this much: smaller priced gains are within its error
 PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (bands learn)
 

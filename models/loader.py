@@ -287,9 +287,9 @@ class Pair:
 
     def _schedule(self, cfg: GenConfig) -> tuple[GenConfig, Schedule | None]:
         """duo's schedule (core/turns.py): the user's (the generation's, else the pair's
-        default); overlap where the target does not
-        share the draft's cores (cuda) or an option applies to it alone (--sequential,
-        --static-k); else the one priced faster from both profiles (measured once each)."""
+        default); the overlap where the target does not share the draft's cores (cuda) or an
+        option applies to it alone (--sequential, --static-k); else the one priced faster
+        from both profiles (each measured once, then cached)."""
         if cfg.method != "duo":
             return cfg, None
         wanted = cfg.schedule if cfg.schedule != "auto" else self.opts.schedule
@@ -300,9 +300,10 @@ class Pair:
             by = "asked for" if cfg.schedule != "auto" else "the default (DUO_SCHEDULE)"
             schedule = Schedule(wanted, f"{wanted}: {by}")
         elif self.placement().on_cuda:
-            schedule = Schedule("overlap", "the target runs on the GPU, beside the draft's cores")
+            schedule = Schedule("overlap", "overlap: the target runs on the GPU, beside the "
+                                           "draft's cores")
         elif cfg.sequential or cfg.static_k:
-            schedule = Schedule("overlap", "--sequential and --static-k run it")
+            schedule = Schedule("overlap", "overlap: --sequential or --static-k asked for it")
         else:
             profiles = [self.ensure_profile(side) for side in ("duo", "sps")]
             schedule = choose(self.learned, *profiles, cfg.gamma)

@@ -37,12 +37,12 @@ SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the u
 def fixed_profile(pair_name: str, target_threads: int = 1) -> dict:
     """The pair's fixed profile; its target's forwards 0.6x as long on 2 threads or more (a
     lookup round on every core, the worker idle, is priced from those: core/fusion.py)."""
-    from core.budget import MAX_GAMMA, Profile
+    from core.budget import MAX_VERIFY, Profile
     from models.fit.profiler import MAX_SEQS
 
     one, top, draft = FIXED[pair_name]
     scale = 1.0 if target_threads < 2 else 0.6
-    verify = [scale * (one + (top - one) * n / (MAX_GAMMA - 1)) for n in range(MAX_GAMMA)]
+    verify = [scale * (one + (top - one) * n / (MAX_VERIFY - 1)) for n in range(MAX_VERIFY)]
     steps = {k: draft * (1 + 0.6 * (k - 1)) for k in range(1, MAX_SEQS + 1)}
     return Profile(draft, verify, steps, "cpu").to_dict()
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from core.branching import BranchPolicy
-from core.budget import MAX_GAMMA, Profile
+from core.budget import MAX_VERIFY, Profile
 from core.rounds import threads as threads_of
 from core.sampling import PositionRng, SamplingConfig
 from models.pairs.convert import cache_root, write_atomic
@@ -210,7 +210,7 @@ def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
 
 
 def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
-            verify_n: int = MAX_GAMMA, seqs: int = MAX_SEQS) -> Profile:
+            verify_n: int = MAX_VERIFY, seqs: int = MAX_SEQS) -> Profile:
     """The draft's time per token and per batched step of 2..seqs sequences and the target's
     forward of 1..verify_n tokens, interleaved round by round; the probes fit a small window
     (a shorter context first, then fewer verify sizes: the profile extrapolates those)."""
