@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 # the longest verify the budget plans: a chunk and the target's own token fill the largest
 # compiled bucket (models/target/static.py), past which a forward leaves its graphs (a
-# 33-token verify took 141 ms against 65 for 32, compiled smol-self, 2-core Intel Xeon)
+# 33-token verify took 101 ms against 74 for 32, compiled smol-self, 2-core Intel Xeon)
 MAX_VERIFY = 32
 MAX_GAMMA = MAX_VERIFY - 1
 PROBE_EVERY = 16  # in plain decoding, every 16th round drafts again to re-measure
