@@ -262,13 +262,13 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        cfg, schedule = self._schedule(cfg)
+        cfg, schedule, priced = self._schedule(cfg)
         side = "sps" if cfg.turns else cfg.method  # duo in turns: sps's threads and profile
         threads = self.apply_threads(side)  # asked once, applied once, passed down
         cfg = replace(cfg, prefill_threads=threads.prefill)
-        vanilla = cfg.method == "vanilla"
-        profile = None if vanilla else self.ensure_profile(side, threads=threads,
-                                                           key=TURNS if cfg.turns else None)
+        profile = priced.get(side)  # the schedule's pricing looked it up already
+        if profile is None and cfg.method != "vanilla":
+            profile = self.ensure_profile(side, threads=threads, key=TURNS if cfg.turns else None)
         drafter = None if cfg.method in ("vanilla", "lookup") else self.drafter
         grammar = self.grammars.compile(cfg.response_format)
         out: list[int] = []
@@ -285,13 +285,13 @@ class Pair:
             _empty_cuda_cache(self.target.device)  # the next generation starts with room
             raise
 
-    def _schedule(self, cfg: GenConfig) -> tuple[GenConfig, Schedule | None]:
+    def _schedule(self, cfg: GenConfig) -> tuple[GenConfig, Schedule | None, dict]:
         """duo's schedule (core/turns.py): the user's (the generation's, else the pair's
         default); the overlap where the target does not share the draft's cores (cuda) or an
         option applies to it alone (--sequential, --static-k); else the one priced faster
-        from both profiles (each measured once, then cached)."""
+        from both profiles (each measured once, then cached), returned by side (duo, sps)."""
         if cfg.method != "duo":
-            return cfg, None
+            return cfg, None, {}
         wanted = cfg.schedule if cfg.schedule != "auto" else self.opts.schedule
         if wanted not in SCHEDULES:
             raise ValueError(f"unknown schedule '{wanted}' (DUO_SCHEDULE); known: "
@@ -304,10 +304,12 @@ class Pair:
                                            "draft's cores")
         elif cfg.sequential or cfg.static_k:
             schedule = Schedule("overlap", "overlap: --sequential or --static-k asked for it")
-        else:
-            profiles = [self.ensure_profile(side) for side in ("duo", "sps")]
-            schedule = choose(self.learned, *profiles, cfg.gamma)
-        return replace(cfg, schedule=schedule.kind), schedule
+        else:  # sps's split serves the turns, whose drift is their own budget's
+            priced = {"duo": self.ensure_profile("duo"),
+                      "sps": self.ensure_profile("sps", key=TURNS)}
+            schedule = choose(self.learned, priced["duo"], priced["sps"], cfg.gamma)
+            return replace(cfg, schedule=schedule.kind), schedule, priced
+        return replace(cfg, schedule=schedule.kind), schedule, {}
 
     def _events(self, events: Iterator[Event], threads: Threads,
                 schedule: Schedule | None) -> Iterator[Event]:
