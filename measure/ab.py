@@ -12,15 +12,19 @@ from measure.replay import forget, own_learning
 
 
 def run_arms(pair, questions: list[dict], cfgs: dict, run, patch, ref: str,
-             store: dict | None = None, forget_memory: bool = True) -> list[dict]:
+             store: dict | None = None, forget_memory: bool = True,
+             fresh: bool = False) -> list[dict]:
     """One row per question: each arm's wall, tokens, rounds and lookup stats, and whether
     every arm's text equals `ref`'s. `run(pair, ids, cfg)` -> stats (the benchmark's
     run_one); `patch(arm)` sets the code the arm runs before its run; `store`: each arm's
     learning, carried on from an earlier call; `forget_memory` False: the lookup memory is
-    the patch's to set (a replay keeps it). Prints each row."""
+    the patch's to set (a replay keeps it); `fresh`: every run starts from the pair's own
+    learning (none carried from the arm's earlier prompts: the arms' learned budgets
+    cannot drift apart). Prints each row."""
     store, rows = {} if store is None else store, []
     for q in questions:
         ids, out = pair.prompt_ids(q["prompt"]), {}
+        store = {} if fresh else store
         for arm, cfg in cfgs.items():
             patch(arm)
             if forget_memory:
@@ -69,11 +73,13 @@ ALIASES = {"nolookup": "duo-nolookup"}  # an arm's short name -> the benchmark's
 
 def env_ab(bench, pair_cls, patch, default_arms: str) -> dict:
     """A session's A/B script, set by its environment: PAIR (smol-self), Q (the questions,
-    bench/prompts.jsonl), PER (a category, 3), TOK (new tokens, 128), ARMS (`default_arms`),
-    OUT (/tmp/ab.json). An arm is a method (ALIASES) or method@variant: `patch(pair, arm)`
-    sets the code the arm runs. `bench`: scripts/benchmark.py (passed in: it imports from
-    here), `pair_cls`: models.loader.Pair. Each arm warms up once, with its code, before
-    the interleaved runs (run_arms) and their medians against the first arm (summarize)."""
+    bench/prompts.jsonl), PER (a category, 3), REPS (times through them, 1), TOK (new
+    tokens, 128), ARMS (`default_arms`), START (carried: each arm's learning carried from
+    prompt to prompt; fresh: run_arms' `fresh`), OUT (/tmp/ab.json). An arm is a method
+    (ALIASES) or method@variant: `patch(pair, arm)` sets the code the arm runs. `bench`:
+    scripts/benchmark.py (passed in: it imports from here), `pair_cls`: models.loader.Pair.
+    Each arm warms up once, with its code, before the interleaved runs (run_arms) and their
+    medians against the first arm (summarize)."""
     env = os.environ.get
     arms, questions = env("ARMS", default_arms).split(","), env("Q", "bench/prompts.jsonl")
     args = bench.parse(["--pair", env("PAIR", "smol-self"), "--questions", questions,
@@ -84,8 +90,9 @@ def env_ab(bench, pair_cls, patch, default_arms: str) -> dict:
     for arm in arms:
         patch(pair, arm)
         bench.run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs[arm])
-    rows = run_arms(pair, bench.load_questions(questions, int(env("PER", "3"))), cfgs,
-                    bench.run_one, lambda arm: patch(pair, arm), arms[0])
+    questions = bench.load_questions(questions, int(env("PER", "3"))) * int(env("REPS", "1"))
+    rows = run_arms(pair, questions, cfgs, bench.run_one, lambda arm: patch(pair, arm), arms[0],
+                    fresh=env("START", "carried") == "fresh")
     return summarize(rows, arms, arms[0], env("OUT", "/tmp/ab.json"))
 
 
