@@ -91,8 +91,11 @@ def env_ab(bench, pair_cls, patch, default_arms: str) -> dict:
         patch(pair, arm)
         bench.run_one(pair, pair.prompt_ids("Warm up: say one word."), cfgs[arm])
     questions = bench.load_questions(questions, int(env("PER", "3"))) * int(env("REPS", "1"))
+    start = env("START", "carried")
+    if start not in ("carried", "fresh"):
+        raise ValueError(f"START must be carried or fresh, got '{start}'")
     rows = run_arms(pair, questions, cfgs, bench.run_one, lambda arm: patch(pair, arm), arms[0],
-                    fresh=env("START", "carried") == "fresh")
+                    fresh=start == "fresh")
     return summarize(rows, arms, arms[0], env("OUT", "/tmp/ab.json"))
 
 

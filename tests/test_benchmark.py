@@ -150,6 +150,27 @@ def test_each_label_learns_from_its_own_runs_only(monkeypatch):
     assert pair.learned.budgets == warm
 
 
+def test_an_ab_carries_each_arms_learning_or_starts_every_run_fresh():
+    """measure/ab.py: carried, an arm's second prompt starts from what its first left;
+    fresh, every run starts from the pair's own learning. Either way the pair's own learning
+    is left as it was."""
+    from core.learned import Learned
+    from measure.ab import run_arms
+
+    def one(pair, ids, cfg):
+        seen.append(dict(pair.learned.budgets))
+        pair.learned.budgets["duo"] = {"last": ids[0]}
+        return stats(4, 1.0)
+
+    for fresh in (False, True):
+        pair, seen = MemoryPair(), []
+        pair.learned = Learned()
+        run_arms(pair, QUESTIONS[:2], {"a": GenConfig(method="duo")}, one, lambda arm: None,
+                 "a", fresh=fresh)
+        assert seen == [{}, {} if fresh else {"duo": {"last": 2}}]
+        assert pair.learned.budgets == {}
+
+
 def test_replay_keeps_the_memory_between_passes_and_changes_the_request(monkeypatch):
     from measure.replay import EDIT, run_replay
 
