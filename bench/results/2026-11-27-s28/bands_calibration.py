@@ -1,6 +1,7 @@
 """The lookup bands' calibration: each lookup token verified on the copy-heavy prompts (16, 256
 tokens, duo, default options), the pass rate its band gave the pricing against how often it
-passed (Q, TOK: the questions and new tokens)."""
+passed (Q, TOK: the questions and new tokens). REPLAY=1: the replay with an edit instead (TOK
+128), the bands counted in its second pass only, where the memory holds the first."""
 import collections
 import os
 import sys
@@ -8,7 +9,7 @@ import sys
 sys.path.insert(0, os.environ.get("REPO", "/work/main"))
 import core.bands as bands  # noqa: E402
 import scripts.benchmark as bench  # noqa: E402
-from measure.replay import forget  # noqa: E402
+from measure.replay import edited, forget  # noqa: E402
 from models.loader import Pair  # noqa: E402
 
 SEEN = collections.defaultdict(lambda: [0.0, 0, 0])  # band -> summed price, tokens, passed
@@ -26,16 +27,25 @@ def observe(self, conf, accepted, source="context"):
 
 
 def main():
-    bands.LookupBands.observe = observe
+    replay = os.environ.get("REPLAY") == "1"
     q = os.environ.get("Q", "bench/copy_prompts.jsonl")
     args = bench.parse(["--pair", "smol-self", "--questions", q, "--max-new-tokens",
-                        os.environ.get("TOK", "256"), "--methods", "duo", "--out", "/tmp/x"])
+                        os.environ.get("TOK", "128" if replay else "256"), "--methods", "duo",
+                        "--out", "/tmp/x"])
     pair = Pair(args.pair, bench.load_options(args))
     cfg = bench.method_config(args, "duo")
     bench.run_one(pair, pair.prompt_ids("Warm up: say one word."), cfg)
-    for x in bench.load_questions(q, 4):
+    questions = bench.load_questions(q, 4)
+    if replay:  # pass 1 fills the memory, uncounted
         forget(pair)
-        s = bench.run_one(pair, pair.prompt_ids(x["prompt"]), cfg)
+        for x in questions:
+            bench.run_one(pair, pair.prompt_ids(x["prompt"]), cfg)
+    bands.LookupBands.observe = observe
+    for x in questions:
+        if not replay:
+            forget(pair)
+        s = bench.run_one(pair, pair.prompt_ids(edited(x["prompt"]) if replay else x["prompt"]),
+                          cfg)
         print(x["category"], round(s["wall_s"], 2), flush=True)
     for band in sorted(SEEN):
         price, n, passed = SEEN[band]
