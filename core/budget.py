@@ -184,9 +184,14 @@ class DraftBudget:
     def best_rate(self, alpha: float | None = None) -> float:
         """Expected tokens/s at the best gamma (the fixed one when fixed), or of the target
         alone where no gamma beats it, at `alpha` (None: the learned acceptance)."""
-        gammas = [self.fixed] if self.fixed else range(1, self.max_gamma + 1)
-        best = max(self.expected_rate(g, alpha) for g in gammas)
+        best = self._best(alpha)[1]
         return best if self.fixed else max(best, self.plain_rate())
+
+    def _best(self, alpha: float | None = None) -> tuple[int, float]:
+        """The gamma of the highest expected tokens/s (the fixed one when fixed; ties: the
+        shorter), and that rate."""
+        gammas = [self.fixed] if self.fixed else range(1, self.max_gamma + 1)
+        return max(((g, self.expected_rate(g, alpha)) for g in gammas), key=lambda gr: gr[1])
 
     def plain_rate(self) -> float:
         """Tokens/s of the target alone (gamma 0: no draft)."""
@@ -196,8 +201,7 @@ class DraftBudget:
         """The best gamma; 0 (plain decoding) when no gamma beats the target alone, with a
         probe round every PROBE_EVERY rounds so acceptance and timings are measured again."""
         bal = self.balanced_gamma()
-        best = max(range(1, self.max_gamma + 1), key=self.expected_rate)
-        rate, plain = self.expected_rate(best), self.plain_rate()
+        (best, rate), plain = self._best(), self.plain_rate()
         if rate < plain:
             probe = self.since_probe >= PROBE_EVERY - 1  # this is the PROBE_EVERY-th round
             self.reason = (f"plain decoding: the target alone ({plain:.1f} tok/s) beats the best"

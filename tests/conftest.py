@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT))
 # every start of the CLI and the app would take minutes on a CPU).
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
-os.environ.setdefault("DUO_SCHEDULE", "overlap")  # duo's real-pair tests overlap; the choice:
-# tests/test_turns.py
+# duo's real-pair tests overlap; the priced choice and the turns: tests/test_turns.py
+os.environ.setdefault("DUO_SCHEDULE", "overlap")
 os.environ.setdefault("DUO_TARGET_PACK", "off")  # packed weights: tests/test_target_packed.py
 # two workers share the cores: OpenMP threads sleep at once (spinning beside the other
 # worker doubles a forward's time: models/fit/pace.py)
