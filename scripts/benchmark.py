@@ -34,6 +34,7 @@ from measure.bench_summary import (aggregate, markdown, ratio_pairs, ratios,  # 
 from measure.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
 from measure.replay import (CHANGES, forget, own_learning, replay_config,  # noqa: E402
                             run_replay)
+from measure.emulate import add_emulate_args, check_args, emulate  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
@@ -64,8 +65,36 @@ def parse(argv=None):
     p.add_argument("--replay-change", choices=CHANGES, default="edit",
                    help="what pass 2 changes: edit (a sentence appended to each prompt) or "
                         "seed (another seed; needs --temperature > 0)")
+    add_emulate_args(p)
     add_decoding_args(p)
     return p.parse_args(argv)
+
+
+def check_emulated(args, methods: list[str]) -> None:
+    """Under --emulate only what the target alone decides runs: the engine's methods and
+    variants, greedy; peers, -json methods and --replay are refused by name."""
+    if args.emulate:
+        peers = [m for m in methods if m in PEERS or m.endswith("-json")]
+        if peers:
+            raise ValueError(f"--emulate runs the engine's methods only; refused: "
+                             f"{', '.join(peers)} (a peer runs its own target; a -json method "
+                             "reads logits)")
+        if args.replay:
+            raise ValueError("--emulate does not take --replay (its second pass's prompts "
+                             "have no oracle)")
+    check_args(args, [method_config(args, m) for m in methods] if args.emulate else [])
+
+
+def emulated(pair, args, questions: list[dict], log) -> dict:
+    """Put the emulated target on `pair`; every prompt's oracle first (the warm-up's too)."""
+    texts = [q["prompt"] for q in questions] + [WARM_UP]
+    ids = [pair.prompt_ids(t, raw=args.raw) for t in texts]
+    emulation = emulate(pair, args.emulate, ids, args.max_new_tokens, args.emulate_clock,
+                        args.emulate_shape, log)
+    log(f"{emulation.title}: {emulation.clock} clock, scale {emulation.scale:.2f} (this CPU's "
+        f"draft {emulation.draft_token_ms_here:.2f} ms a token on {emulation.draft_threads} "
+        f"thread(s), the profile's {emulation.profile.draft_token_ms} ms)")
+    return emulation.to_dict()
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
@@ -181,10 +210,13 @@ def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]
     return results
 
 
+WARM_UP = "Warm up: say one word."
+
+
 def warm_up(runs: dict, raw: bool) -> None:
     """One short run each (and the one-time budget profile); not measured."""
     for pair, cfg in runs.values():
-        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
+        run_one(pair, pair.prompt_ids(WARM_UP, raw=raw), _short(cfg))
 
 
 def _short(cfg):
@@ -220,7 +252,7 @@ def _cpu() -> str:
         return platform.processor()
 
 
-def figure1(pair, lengths: list[int], path: Path) -> dict:
+def figure1(pair, lengths: list[int], path: Path, title: str = "") -> dict:
     """The paper's Figure 1: draft time for 8 tokens vs target verification of 8 tokens."""
     import matplotlib
     matplotlib.use("Agg")
@@ -241,7 +273,7 @@ def figure1(pair, lengths: list[int], path: Path) -> dict:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("input length (tokens)")
     ax.set_ylabel("time (ms)")
-    ax.set_title(f"Draft vs verify time, {pair.spec.name}")
+    ax.set_title(f"{title}Draft vs verify time, {pair.spec.name}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -260,6 +292,7 @@ def main(argv=None) -> None:
             if args.replay:
                 replay_config(cfg, args.replay_change)
         pairs = ratio_pairs(labels(methods, args.replay), args.ratios)
+        check_emulated(args, methods)
         questions = load_questions(args.questions, args.limit_per_category)
         lengths = parse_lengths(args.figure1_lengths)
         get_pair(args.pair)
@@ -271,14 +304,16 @@ def main(argv=None) -> None:
                 pair.check_format(response_format(args))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
+        log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        emulation = emulated(pair, args, questions, log) if args.emulate else None
     except (PairError, ValueError, OSError) as e:
         fail(str(e))
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     runs = {m: (pair, method_config(args, m)) for m in methods}
     head = {"machine": machine(pair, methods), "pairs": pairs,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                          "questions": args.questions, "prompts": len(questions),
-                         "replay": args.replay_change if args.replay else None}}
+                         "replay": args.replay_change if args.replay else None},
+            "emulation": emulation}
     save = lambda res: write_results(out, head, res, complete=False)  # noqa: E731
     if args.replay:
         warm_up(runs, args.raw)
@@ -286,9 +321,12 @@ def main(argv=None) -> None:
     else:
         results = run_all(runs, questions, args.raw, log, save=save)
     report = write_results(out, head, results, complete=True)  # before the figure
+    title = f"{emulation['title']}: " if emulation else ""
+    print(f"## {title}{pair.spec.name}, {len(questions)} prompts, {args.max_new_tokens} tokens\n",
+          flush=True)
     print(markdown(report["methods"], report["ratios"]), flush=True)
     if lengths:
-        report["figure1"] = figure1(pair, lengths, out / "figure1.png")
+        report["figure1"] = figure1(pair, lengths, out / "figure1.png", title)
         (out / "results.json").write_text(json.dumps(report, indent=1))
 
 
