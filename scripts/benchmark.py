@@ -64,8 +64,20 @@ def parse(argv=None):
     p.add_argument("--replay-change", choices=CHANGES, default="edit",
                    help="what pass 2 changes: edit (a sentence appended to each prompt) or "
                         "seed (another seed; needs --temperature > 0)")
+    add_ab_args(p)
     add_decoding_args(p)
     return p.parse_args(argv)
+
+
+def add_ab_args(p) -> None:
+    """What an A/B of two methods needs beyond a plain run: more passes over the prompts, runs
+    that carry no learning between prompts, and a method run twice under two labels
+    (NAME@LABEL: NAME on learning of its own; its ratio to NAME is the A/B's own noise)."""
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="go through the question list N times, interleaved as one list")
+    p.add_argument("--fresh", action="store_true",
+                   help="every run starts from the pair's learning after the warm-ups, nothing "
+                        "carried from the method's earlier prompts")
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
@@ -108,6 +120,7 @@ def _prompt(turns: list[str], answers: list[str]) -> str | list[dict]:
 
 
 def method_config(args, name: str):
+    name = name.partition("@")[0]  # NAME@LABEL: NAME under a label of its own
     if name.endswith("-json"):
         return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
@@ -159,15 +172,18 @@ def run_one(pair, ids, cfg) -> dict:
     return stats
 
 
-def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]:
+def run_all(runs: dict, questions, raw: bool, log, save=None,
+            fresh: bool = False) -> dict[str, list]:
     """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
     alike; each run starts with the lookup memory empty (the method before it on the same
-    prompt would otherwise have left its answer there) and from its own label's learning. `save(results)` after each prompt: a
-    run that dies part-way keeps what it measured."""
+    prompt would otherwise have left its answer there) and from its own label's learning
+    (`fresh`: from the pair's learning after the warm-ups). `save(results)` after each prompt:
+    a run that dies part-way keeps what it measured."""
     warm_up(runs, raw)
     results: dict[str, list] = {label: [] for label in runs}
     learning: dict = {}  # label -> what its runs learned (measure/replay.py: own_learning)
     for i, q in enumerate(questions, 1):
+        learning = {} if fresh else learning
         for label, (pair, cfg) in runs.items():
             forget(pair)
             with own_learning(pair, learning, label):
@@ -260,7 +276,7 @@ def main(argv=None) -> None:
             if args.replay:
                 replay_config(cfg, args.replay_change)
         pairs = ratio_pairs(labels(methods, args.replay), args.ratios)
-        questions = load_questions(args.questions, args.limit_per_category)
+        questions = load_questions(args.questions, args.limit_per_category) * repeats(args)
         lengths = parse_lengths(args.figure1_lengths)
         get_pair(args.pair)
         from models.loader import Pair
@@ -278,18 +294,25 @@ def main(argv=None) -> None:
     head = {"machine": machine(pair, methods), "pairs": pairs,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                          "questions": args.questions, "prompts": len(questions),
-                         "replay": args.replay_change if args.replay else None}}
+                         "replay": args.replay_change if args.replay else None,
+                         "repeat": args.repeat, "fresh": args.fresh}}
     save = lambda res: write_results(out, head, res, complete=False)  # noqa: E731
     if args.replay:
         warm_up(runs, args.raw)
         results = run_replay(runs, questions, args.raw, args.replay_change, run_one, log, save)
     else:
-        results = run_all(runs, questions, args.raw, log, save=save)
+        results = run_all(runs, questions, args.raw, log, save=save, fresh=args.fresh)
     report = write_results(out, head, results, complete=True)  # before the figure
     print(markdown(report["methods"], report["ratios"]), flush=True)
     if lengths:
         report["figure1"] = figure1(pair, lengths, out / "figure1.png")
         (out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def repeats(args) -> int:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+    return args.repeat
 
 
 def labels(methods: list[str], replay: bool) -> list[str]:
