@@ -119,7 +119,7 @@ def test_cancel_leaves_app_usable(app):
 def test_stop_ends_the_running_answer(app):
     client = app["client"]
     job, _ = _streaming(client, "Tell me a long story about a knight.")
-    assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
+    assert client.predict(api_name="/stop") == "stopping …"  # same browser session as the job
     text, stats, status = answer_of(job.result(timeout=60))
     assert re.fullmatch(r"stopped after \d+ tokens", status), status
     assert int(status.split()[2]) < 1000

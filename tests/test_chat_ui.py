@@ -23,7 +23,7 @@ from tests.fakes import FakeTarget, markov
 
 WORDS = [" a", " b", " c", " d", " e", " f", " g", " h"]
 P = markov(len(WORDS), seed=3, sharp=0.3)
-REQUEST = SimpleNamespace(session_hash="test-session")
+REQUEST = SimpleNamespace(session_hash="chat-tab")
 
 
 class ChatPair:
