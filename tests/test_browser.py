@@ -206,6 +206,33 @@ def test_page_says_loading_or_ready_then_ready(page):
     assert "draft" in page.inner_text("#placement") and "CPU" in page.inner_text("#placement")
 
 
+ONE_LINE = """e => {  // [the line's height, one line's height in the same paragraph style]
+    const probe = e.cloneNode(false);
+    probe.textContent = "X";
+    e.parentNode.appendChild(probe);
+    const one = probe.getBoundingClientRect().height;
+    probe.remove();
+    return [e.getBoundingClientRect().height, one];
+}"""
+
+
+def test_placement_fits_one_line_with_the_reasons_one_click_away(page):
+    """At 1400 px the placement says where draft and target run, and at what precision, in
+    one line; the reasons and measured figures behind each choice open with one click."""
+    wait_text(page, "#status", "Ready")
+    line = page.locator("#placement p").first
+    assert re.search(r"draft.*CPU, \d+ threads?.*target.*CPU, float32", line.inner_text())
+    height, one = line.evaluate(ONE_LINE)
+    assert height < 1.5 * one, f"the placement line wraps: {height} px against {one} px a line"
+    why = page.locator("#placement details")
+    assert why.count() == 1 and not why.evaluate("e => e.open")
+    assert not page.locator("#placement details li").first.is_visible()
+    page.locator("#placement details summary").click()
+    reasons = page.locator("#placement details li")
+    reasons.first.wait_for(state="visible")
+    assert "thread" in reasons.first.inner_text() and reasons.count() == 2
+
+
 def test_duo_answer_streams_with_speed_panel(page):
     set_slider(page, "max-new", TOKENS)
     generate(page, "Name three colors.")
