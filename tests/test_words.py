@@ -35,6 +35,10 @@ ALLOWED = {
 ALLOW = re.compile("|".join(f"(?:{p})" for p in ALLOWED), re.I)
 
 
+# This file names the words it looks for, so it is the one file not read for them.
+SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
+
+
 def tracked() -> list[str]:
     out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
     return [p for p in out.stdout.decode().split("\0") if p]
@@ -74,6 +78,8 @@ def test_the_patterns_catch_what_they_mean_and_spare_the_allowed():
 def test_no_process_word_in_any_tracked_file():
     found = []
     for rel in tracked():
+        if rel == SELF:
+            continue
         found += hits(rel, rel)  # the path itself: folder and file names
         text = text_of(ROOT / rel)
         if text is not None:
