@@ -4,8 +4,6 @@ profile's forward times scaled to this CPU's draft, or a random-weight shadow mo
 profile's shape run on cuda). The app never imports it (docs/emulation.md)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -13,15 +11,11 @@ from dataclasses import dataclass
 from core.backends import Scores
 from core.config import GenConfig
 from measure.device_profile import DeviceProfile, load_profile
-from models.pairs.convert import cache_root, write_atomic
+from measure.oracle import Oracle, Refused, oracle_path
 
 CLOCKS = ("profile", "shadow")
 SHAPES = ("llama8b", "tiny")  # the shadow clock's (measure/gpu_bench.py)
 SCALE_CONTEXT = 64  # the scale's draft probe: 16 tokens after this many, as the profiler's
-
-
-class Refused(ValueError):
-    """A request the emulated target cannot answer as the real one would."""
 
 
 def check_config(cfg: GenConfig) -> None:
@@ -51,9 +45,16 @@ def add_emulate_args(p) -> None:
                    help="the shadow clock's shape (default: the profile's; tiny runs on a CPU)")
 
 
-def check_args(args, cfgs: list[GenConfig]) -> None:
+def check_args(args, cfgs: list[GenConfig], refused: list[str] = ()) -> None:
     """The scripts' --emulate options before anything loads: the profile, the clock and
-    every config the runs will use; Refused (a ValueError) by name."""
+    every config the runs will use; `refused`: methods that decode off the target (peers,
+    -json); Refused (a ValueError) by name."""
+    if args.emulate and refused:
+        raise Refused(f"--emulate runs the engine's methods only; refused: {', '.join(refused)} "
+                      "(a peer runs its own target; a -json method reads logits)")
+    if args.emulate and getattr(args, "replay", False):
+        raise Refused("--emulate does not take --replay (its second pass's prompts have no "
+                      "oracle)")
     if not args.emulate:
         if args.emulate_shape or args.emulate_clock != "profile":
             raise Refused("--emulate-clock and --emulate-shape need --emulate")
@@ -61,76 +62,6 @@ def check_args(args, cfgs: list[GenConfig]) -> None:
     check_clock(args.emulate_clock, args.emulate_shape, load_profile(args.emulate))
     for cfg in cfgs:
         check_config(cfg)
-
-
-# -- verdicts -------------------------------------------------------------------------------
-class Oracle:
-    """The real target's greedy continuation of each prompt: after prompt + cont[:k] its
-    argmax is cont[k]. A position off every known path gets a filler (verification reads
-    no row past the first mismatch); past a path's end without an end-of-text, Refused."""
-
-    def __init__(self, paths: dict[tuple[int, ...], list[int]], eos_ids: set[int]):
-        self.paths = {tuple(p): list(c) for p, c in paths.items()}
-        self.eos_ids = set(eos_ids)
-
-    def rows(self, ids: list[int], n_rows: int) -> list[int]:
-        prompt = self._prompt_of(ids)
-        if prompt is None:  # a probe's context (the profiler times random ids)
-            return [0] * n_rows
-        cont, start = self.paths[prompt], len(prompt)
-        matched = _common(ids[start:], cont)
-        return [self._row(cont, k, matched) for k in
-                range(len(ids) - n_rows + 1 - start, len(ids) + 1 - start)]
-
-    def _row(self, cont: list[int], k: int, matched: int) -> int:
-        """The argmax after prompt + ids[start:start+k]."""
-        if k < 0 or k > matched:
-            return cont[min(max(k, 0), matched, len(cont) - 1)]  # not read: off the path
-        if k < len(cont):
-            return cont[k]
-        if cont and cont[-1] in self.eos_ids:
-            return cont[-1]  # after the end of text: never emitted
-        raise Refused(f"the oracle holds {len(cont)} tokens of this prompt's continuation; "
-                      "a generation asked for more (compute it for more new tokens)")
-
-    def _prompt_of(self, ids: list[int]) -> tuple[int, ...] | None:
-        """The longest known prompt that `ids` starts with."""
-        found = [p for p in self.paths if len(ids) >= len(p) and tuple(ids[:len(p)]) == p]
-        return max(found, key=len) if found else None
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def oracle_key(pair, ids: list[int], n_tokens: int) -> str:
-    """Pair, its target's converted folder (its files' hash), precision, prompt ids, tokens."""
-    t = pair.target
-    text = json.dumps([pair.spec.name, str(pair.target_dir), t.dtype, t.quant, list(ids),
-                       n_tokens])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def oracle_path(pair, ids: list[int], n_tokens: int, progress=None) -> list[int]:
-    """The real target's greedy continuation of `ids` (n_tokens, or up to end of text), from
-    the cache or computed with `vanilla` on the real pair."""
-    path = cache_root() / "oracle" / f"{oracle_key(pair, ids, n_tokens)}.json"
-    if path.exists():
-        return json.loads(path.read_text())["tokens"]
-    if progress:
-        progress(f"oracle: the real target's {n_tokens} greedy tokens after a "
-                 f"{len(ids)}-token prompt")
-    cfg = GenConfig(method="vanilla", max_new_tokens=n_tokens, cache_prompt=False)
-    tokens = [t for ev in pair.generate(ids, cfg) for t in ev.tokens]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps({"pair": pair.spec.name, "dtype": pair.target.dtype,
-                                   "prompt": list(ids), "tokens": tokens}))
-    return tokens
 
 
 # -- clocks -----------------------------------------------------------------------------------
@@ -330,6 +261,18 @@ def emulate(pair, name: str, prompts: list[list[int]], n_tokens: int, clock: str
         measured = here / (profile.draft_token_ms / 1e3)
         emulation.scale = ticker.scale = measured if scale is None else scale
     return emulation
+
+
+def emulate_prompts(pair, args, texts: list, log) -> dict:
+    """The scripts' emulation: the prompts' oracles, then the emulated target; logged, and
+    returned as the results record it."""
+    ids = [pair.prompt_ids(t, raw=args.raw) for t in texts]
+    emulation = emulate(pair, args.emulate, ids, args.max_new_tokens, args.emulate_clock,
+                        args.emulate_shape, log)
+    log(f"{emulation.title}: {emulation.clock} clock, scale {emulation.scale:.2f} (this CPU's "
+        f"draft {emulation.draft_token_ms_here:.2f} ms a token on {emulation.draft_threads} "
+        f"thread(s), the profile's {emulation.profile.draft_token_ms} ms)")
+    return emulation.to_dict()
 
 
 def check_clock(clock: str, shape: str | None, profile: DeviceProfile) -> str | None:

@@ -14,7 +14,7 @@ from core.backends import TargetOutOfMemory  # noqa: E402
 from core.engine import METHODS  # noqa: E402
 from models.pairs.catalog import PairError, get_pair  # noqa: E402
 from models.prompt_text import check_prompt  # noqa: E402
-from measure.emulate import add_emulate_args, check_args, emulate  # noqa: E402
+from measure.emulate import add_emulate_args, check_args, emulate_prompts  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -53,10 +53,8 @@ def run(args) -> dict:
     pair = Pair(args.pair, load_options(args))
     ids = pair.prompt_ids(prompt, raw=args.raw)
     pair.check_room(ids, cfg.max_new_tokens)
-    emulation = None
-    if args.emulate:
-        emulation = emulate(pair, args.emulate, [ids], cfg.max_new_tokens, args.emulate_clock,
-                            args.emulate_shape, lambda m: print(m, file=sys.stderr, flush=True))
+    emulation = emulate_prompts(pair, args, [prompt], lambda m: print(m, file=sys.stderr,
+                                                                      flush=True)) if args.emulate else None
     tokens, text, stats = [], [], {}
     for ev in pair.generate(ids, cfg):
         tokens += ev.tokens
@@ -67,7 +65,7 @@ def run(args) -> dict:
     if not args.json:
         print()
     result = {"text": "".join(text), "token_ids": tokens, "stats": stats}
-    return result | ({"emulation": emulation.to_dict()} if emulation else {})
+    return result | ({"emulation": emulation} if emulation else {})
 
 
 def main(argv=None) -> None:

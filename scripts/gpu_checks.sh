@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU session's checks in one device call, inside a deadline (a lent GPU comes with about
-# 15 minutes in all): the environment, `make test-gpu` (its tests in parallel: they assert
+# The GPU checks in one call, inside a deadline of SECONDS (480 by default, about
+# 15 minutes' work in all): the environment, `make test-gpu` (its tests in parallel: they assert
 # behaviour, not time; each failure's report lands in $OUT/failures.txt as it happens), then
 # `make gpu-report` parts one after another (timed alone), as many as the deadline allows.
 # On the GPU machine, after ../shared/gpu's steps:  bash scripts/gpu_checks.sh SECONDS

@@ -13,9 +13,9 @@ import torch
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 from measure.device_profile import load_profile, profile_names
-from measure.emulate import (EmulatedTarget, Emulation, Oracle, ProfileClock, Refused,
-                             ShadowClock, check_config, emulate, oracle_key, oracle_path,
-                             shadow_target)
+from measure.emulate import (EmulatedTarget, Emulation, ProfileClock, ShadowClock,
+                             check_config, emulate, shadow_target)
+from measure.oracle import Oracle, Refused, oracle_key, oracle_path
 from tests.conftest import one_line_exit_2, reference_pair, vanilla_ids
 
 GREEDY = SamplingConfig()
