@@ -202,6 +202,21 @@ def _lookup(run: Run, drafter, budget: DraftBudget) -> Iterator[Event]:
         yield plain_round(run, budget, time.perf_counter())
 
 
+def _prefill_beside(run: Run, worker, budget: DraftBudget) -> Iterator[Event]:
+    """The draft's prompt prefill on its thread while the target prefills and goes on a
+    round at a time (a lookup's continuation or one token) until the draft has caught up:
+    the target never waits for it; returns whether a round ended the generation."""
+    job = worker.submit(run.ctx, 0)
+    while True:
+        ev = plain_round(run, budget, time.perf_counter())
+        if ev.done or job.done():
+            break
+        yield ev
+    job.cancel()
+    yield ev
+    return ev.done
+
+
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     """Draft a chunk, then verify it. The first round is the target's prefill alone (the
     draft prefills at its first chunk), so the first token comes as soon as vanilla's. With
@@ -247,6 +262,8 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     predraft = _predraft_policy(run, budget)
     draft, short = Draft(), False
     try:
+        if (yield from _prefill_beside(run, worker, budget)):
+            return
         while True:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
@@ -296,5 +313,16 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             yield ev
             if ev.done:
                 return
+            if not draft and (wait := budget.catch_up()):
+                draft, short = _catch_up(run, worker, wait), True
     finally:
         close_worker(run, worker)
+
+
+def _catch_up(run: Run, worker, n: int) -> Draft:
+    """The target waits for the draft's next `n` tokens (the budget priced that above
+    verifying no draft): the next round verifies them while the chunk after drafts."""
+    t0 = time.perf_counter()
+    chunk = worker.submit(run.ctx, run.draft_room(n)).result()
+    run.stats.rejection_idle_s += time.perf_counter() - t0
+    return Draft() if worker.failed else chunk.proposal.main
