@@ -30,7 +30,7 @@ STREAM_EVERY_S = 0.08  # at most this often a streaming update goes to the page
 
 
 class Stops:
-    """Stop requests per browser session: a running generation of that session ends at its next
+    """Stop requests per browser session: a running generation of that tab ends at its next
     event and the request completes normally (so the page never misses the next click)."""
 
     def __init__(self):

@@ -141,7 +141,12 @@ def gamma_line(stats: dict) -> str:
         return "— (no drafting)"
     used = ", ".join(f"γ={g}: {n}" for g, n in (stats.get("gammas_used") or {}).items())
     mode = "fixed" if prof.get("fixed") else "auto"
-    return f"**{prof.get('gamma')}** ({mode}; rounds {used or '—'}) — {prof.get('reason', '')}"
+    return f"**{prof.get('gamma')}** ({mode}; rounds {used or '—'})"
+
+
+def gamma_reason(stats: dict) -> str:
+    """Why the budget chose that gamma, with its measured figures (behind a click)."""
+    return (stats.get("gamma_profile") or {}).get("reason", "")
 
 
 def seqs_line(stats: dict) -> str:
@@ -164,7 +169,7 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
                               f"(stop: {stats.get('stop_reason', '')})"),
         ("acceptance rate", _pct(stats["acceptance_rate"]) if drafting else "—"),
         ("mean accepted tokens / round", f"{float(stats['mean_accepted_per_round']):.2f}"),
-        ("gamma in use and why", gamma_line(stats)),
+        ("gamma in use", gamma_line(stats)),
         ("sequences per round", seqs_line(stats) if drafting else "—"),
         ("overlap efficiency", _pct(stats["overlap_efficiency"]) if drafting else "—"),
         ("lookup drafts", lookup_line(stats)),
@@ -177,7 +182,9 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
     if seed is not None:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    return f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
+    why = gamma_reason(stats) if drafting else ""
+    return (f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
+            + (details("why this gamma", why) if why else ""))
 
 
 def lookup_line(stats: dict) -> str:
@@ -217,8 +224,18 @@ PRECISION_COST = ("*int8 and int4 take less memory and often run faster, but cha
 
 
 def placement_line(placement: dict, name: str) -> str:
-    return (f"**pair** `{name}` · **draft**: {placement.get('draft', '?')} · "
-            f"**target**: {placement.get('target', '?')}")
+    """One short line (where draft and target run, at what precision), then the reasons and
+    measured figures behind each choice one click away."""
+    short = placement.get("summary") or {}
+    line = (f"**pair** `{name}` · **draft**: {short.get('draft', '?')} · "
+            f"**target**: {short.get('target', '?')}")
+    why = [f"- **{k}**: {placement[k]}" for k in ("draft", "target") if placement.get(k)]
+    return line + (details("why these choices", "\n".join(why)) if why else "")
+
+
+def details(summary: str, body: str) -> str:
+    """Markdown `body` behind a click (an HTML disclosure the page's Markdown renders)."""
+    return f"\n\n<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
 def compare_table(results: dict[str, dict], greedy: bool) -> str:

@@ -1,4 +1,4 @@
-"""The suffix index's part in a round (issue 30): what it proposes after the context, priced by
+"""The suffix index's part in a round: what it proposes after the context, priced by
 expected tokens per second against the model's chunk (and fused with it where the index
 continues it), and cut where a grammar refuses it."""
 from __future__ import annotations

@@ -30,7 +30,7 @@ def own_learning(pair, store: dict, label: str):
     the second started tuned to that very prompt by the first (its budget, its bands). On the
     10 copy-heavy prompts where an A/B's two arms ran the same code: the second run 6% faster
     by the median with the learning shared, 2% with each label's own
-    (bench/results/2026-11-25-s14)."""
+    (bench/results/2026-11-25-own-learning)."""
     learned = getattr(pair, "learned", None)
     if learned is None:
         yield

@@ -329,7 +329,9 @@ class Pair:
             yield ev
 
     def describe(self) -> dict:
-        """The placement line's two halves, for the app."""
+        """The placement for the app: `summary`, one short line's two halves (where the draft
+        and the target run, at what precision), and under `draft` and `target` the reasons
+        and measured figures behind each choice."""
         duo = self.threads("duo")
         fmt = self.draft_format
         alone = f" ({duo.alone} alone)" if duo.alone else ""
@@ -339,12 +341,26 @@ class Pair:
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
                           f"{self.target.path} ({self.target.compile_choice}), "
-                          f"packed weights: {self.target.pack_choice}"}
+                          f"packed weights: {self.target.pack_choice}",
+                "summary": summary(duo.draft, self.target)}
 
     def close(self) -> None:
         if self.drafter is not None:
             self.drafter.close()
         self.target.close()
+
+
+PATH_WORDS = {"static-compiled": "compiled", "static": "static cache", "eager": "eager"}
+
+
+def summary(draft_threads: int, target) -> dict:
+    """Where the draft and the target run and at what precision, a few words each:
+    {"draft": "CPU, 1 thread", "target": "CPU, float32, compiled"}."""
+    precision = target.dtype if target.quant == "none" else f"{target.quant} weights, {target.dtype}"
+    threads = f"{draft_threads} thread" + ("" if draft_threads == 1 else "s")
+    return {"draft": f"CPU, {threads}",
+            "target": f"{target.device_name()}, {precision}, "
+                      f"{PATH_WORDS.get(target.path, target.path)}"}
 
 
 def draft_window(n_ctx: int, same_tokenizer: bool) -> int:

@@ -34,6 +34,8 @@ from measure.bench_summary import (aggregate, markdown, ratio_pairs, ratios,  # 
 from measure.peers import PEERS, PeerConfig, check, peer_config, run_peer  # noqa: E402
 from measure.replay import (CHANGES, forget, own_learning, replay_config,  # noqa: E402
                             run_replay)
+from measure.emulate import add_emulate_args, check_args, emulate_prompts  # noqa: E402
+from measure.figure1 import figure1  # noqa: E402
 
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
@@ -64,8 +66,21 @@ def parse(argv=None):
     p.add_argument("--replay-change", choices=CHANGES, default="edit",
                    help="what pass 2 changes: edit (a sentence appended to each prompt) or "
                         "seed (another seed; needs --temperature > 0)")
+    add_emulate_args(p)
+    add_ab_args(p)
     add_decoding_args(p)
     return p.parse_args(argv)
+
+
+def add_ab_args(p) -> None:
+    """What an A/B of two methods needs beyond a plain run: more passes over the prompts, runs
+    that carry no learning between prompts, and a method run twice under two labels
+    (NAME@LABEL: NAME on learning of its own; its ratio to NAME is the A/B's own noise)."""
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="go through the question list N times, interleaved as one list")
+    p.add_argument("--fresh", action="store_true",
+                   help="every run starts from the pair's learning after the warm-ups, nothing "
+                        "carried from the method's earlier prompts")
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
@@ -108,6 +123,7 @@ def _prompt(turns: list[str], answers: list[str]) -> str | list[dict]:
 
 
 def method_config(args, name: str):
+    name = name.partition("@")[0]  # NAME@LABEL: NAME under a label of its own
     if name.endswith("-json"):
         return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
@@ -159,15 +175,18 @@ def run_one(pair, ids, cfg) -> dict:
     return stats
 
 
-def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]:
+def run_all(runs: dict, questions, raw: bool, log, save=None,
+            fresh: bool = False) -> dict[str, list]:
     """runs: label -> (pair, GenConfig). Interleaved per prompt, so machine noise hits them
     alike; each run starts with the lookup memory empty (the method before it on the same
-    prompt would otherwise have left its answer there) and from its own label's learning. `save(results)` after each prompt: a
-    run that dies part-way keeps what it measured."""
+    prompt would otherwise have left its answer there) and from its own label's learning
+    (`fresh`: from the pair's learning after the warm-ups). `save(results)` after each prompt:
+    a run that dies part-way keeps what it measured."""
     warm_up(runs, raw)
     results: dict[str, list] = {label: [] for label in runs}
     learning: dict = {}  # label -> what its runs learned (measure/replay.py: own_learning)
     for i, q in enumerate(questions, 1):
+        learning = {} if fresh else learning
         for label, (pair, cfg) in runs.items():
             forget(pair)
             with own_learning(pair, learning, label):
@@ -181,10 +200,13 @@ def run_all(runs: dict, questions, raw: bool, log, save=None) -> dict[str, list]
     return results
 
 
+WARM_UP = "Warm up: say one word."
+
+
 def warm_up(runs: dict, raw: bool) -> None:
     """One short run each (and the one-time budget profile); not measured."""
     for pair, cfg in runs.values():
-        run_one(pair, pair.prompt_ids("Warm up: say one word.", raw=raw), _short(cfg))
+        run_one(pair, pair.prompt_ids(WARM_UP, raw=raw), _short(cfg))
 
 
 def _short(cfg):
@@ -220,34 +242,6 @@ def _cpu() -> str:
         return platform.processor()
 
 
-def figure1(pair, lengths: list[int], path: Path) -> dict:
-    """The paper's Figure 1: draft time for 8 tokens vs target verification of 8 tokens."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from models.fit.profiler import draft_time, verify_time
-    pair.apply_threads("duo")
-    data = {"length": [], "draft_8_s": [], "verify_8_s": []}
-    for n in lengths:
-        ctx = [(i * 37) % 1000 + 100 for i in range(n)]
-        data["length"].append(n)
-        data["draft_8_s"].append(draft_time(pair.drafter, ctx, 8))
-        data["verify_8_s"].append(verify_time(pair.target, ctx, 8))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(lengths, [t * 1e3 for t in data["draft_8_s"]], "o-", label="draft: 8 tokens (CPU, llama.cpp)")
-    ax.plot(lengths, [t * 1e3 for t in data["verify_8_s"]], "s-",
-            label=f"target: verify 8 tokens ({pair.target.device_name()})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("input length (tokens)")
-    ax.set_ylabel("time (ms)")
-    ax.set_title(f"Draft vs verify time, {pair.spec.name}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return data
-
-
 def main(argv=None) -> None:
     args = parse(argv)
     quiet_logs()
@@ -260,7 +254,9 @@ def main(argv=None) -> None:
             if args.replay:
                 replay_config(cfg, args.replay_change)
         pairs = ratio_pairs(labels(methods, args.replay), args.ratios)
-        questions = load_questions(args.questions, args.limit_per_category)
+        check_args(args, [method_config(args, m) for m in methods] if args.emulate else [],
+                   [m for m in methods if m in PEERS or m.endswith("-json")])
+        questions = load_questions(args.questions, args.limit_per_category) * repeats(args)
         lengths = parse_lengths(args.figure1_lengths)
         get_pair(args.pair)
         from models.loader import Pair
@@ -271,25 +267,38 @@ def main(argv=None) -> None:
                 pair.check_format(response_format(args))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
+        log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        emulation = (emulate_prompts(pair, args, [q["prompt"] for q in questions] + [WARM_UP], log)
+                     if args.emulate else None)
     except (PairError, ValueError, OSError) as e:
         fail(str(e))
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     runs = {m: (pair, method_config(args, m)) for m in methods}
     head = {"machine": machine(pair, methods), "pairs": pairs,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                          "questions": args.questions, "prompts": len(questions),
-                         "replay": args.replay_change if args.replay else None}}
+                         "replay": args.replay_change if args.replay else None,
+                         "repeat": args.repeat, "fresh": args.fresh},
+            "emulation": emulation}
     save = lambda res: write_results(out, head, res, complete=False)  # noqa: E731
     if args.replay:
         warm_up(runs, args.raw)
         results = run_replay(runs, questions, args.raw, args.replay_change, run_one, log, save)
     else:
-        results = run_all(runs, questions, args.raw, log, save=save)
+        results = run_all(runs, questions, args.raw, log, save=save, fresh=args.fresh)
     report = write_results(out, head, results, complete=True)  # before the figure
+    title = f"{emulation['title']}: " if emulation else ""
+    print(f"## {title}{pair.spec.name}, {len(questions)} prompts, {args.max_new_tokens} tokens\n",
+          flush=True)
     print(markdown(report["methods"], report["ratios"]), flush=True)
     if lengths:
-        report["figure1"] = figure1(pair, lengths, out / "figure1.png")
+        report["figure1"] = figure1(pair, lengths, out / "figure1.png", title)
         (out / "results.json").write_text(json.dumps(report, indent=1))
+
+
+def repeats(args) -> int:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+    return args.repeat
 
 
 def labels(methods: list[str], replay: bool) -> list[str]:

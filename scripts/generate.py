@@ -14,6 +14,7 @@ from core.backends import TargetOutOfMemory  # noqa: E402
 from core.engine import METHODS  # noqa: E402
 from models.pairs.catalog import PairError, get_pair  # noqa: E402
 from models.prompt_text import check_prompt  # noqa: E402
+from measure.emulate import add_emulate_args, check_args, emulate_prompts  # noqa: E402
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -26,6 +27,7 @@ def parse(argv=None) -> argparse.Namespace:
     add_decoding_args(p)
     p.add_argument("--raw", action="store_true", help="no chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_emulate_args(p)
     return p.parse_args(argv)
 
 
@@ -43,6 +45,7 @@ def read_prompt(args) -> str:
 
 def run(args) -> dict:
     cfg = gen_config(args, args.method)
+    check_args(args, [cfg])
     prompt = read_prompt(args)
     get_pair(args.pair)  # unknown pair: fail before loading anything
     from models.loader import Pair
@@ -50,6 +53,8 @@ def run(args) -> dict:
     pair = Pair(args.pair, load_options(args))
     ids = pair.prompt_ids(prompt, raw=args.raw)
     pair.check_room(ids, cfg.max_new_tokens)
+    emulation = emulate_prompts(pair, args, [prompt], lambda m: print(m, file=sys.stderr,
+                                                                      flush=True)) if args.emulate else None
     tokens, text, stats = [], [], {}
     for ev in pair.generate(ids, cfg):
         tokens += ev.tokens
@@ -59,7 +64,8 @@ def run(args) -> dict:
         stats = ev.stats or stats
     if not args.json:
         print()
-    return {"text": "".join(text), "token_ids": tokens, "stats": stats}
+    result = {"text": "".join(text), "token_ids": tokens, "stats": stats}
+    return result | ({"emulation": emulation} if emulation else {})
 
 
 def main(argv=None) -> None:

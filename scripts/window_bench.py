@@ -3,7 +3,7 @@ length: the cost must follow the tokens held, not the window. Every configuratio
 in one process and the repeats are interleaved; medians in ms. With --attention, the static
 target's attention instead (packed SDPA against FlexAttention, models/target/flex.py) by span.
 
-    .venv/bin/python scripts/window_bench.py --pair smol-self --out bench/results/cpu-span
+    .venv/bin/python scripts/window_bench.py --pair smol-self --out bench/results/2026-11-24-cpu-span
     .venv/bin/python scripts/window_bench.py --attention sdpa,flex --out bench/results/cpu-flex
 """
 from __future__ import annotations

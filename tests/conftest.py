@@ -1,4 +1,4 @@
-"""Shared fixtures: the real smol-self and gemma-smol pairs (loaded once per session), the
+"""Shared fixtures: the real smol-self and gemma-smol pairs (loaded once per test run), the
 oracle's greedy ids (decoded once per pair and prompt), the repo root, and the check of a
 script's one-line error exit."""
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _uses_app(item) -> bool:
 
 
 # The slowest files first (their seconds in a cold fresh-clone run, 2026-11-26, junit times,
-# scaled by the ninth session's cuts), after the browser's file (first as before: it starts
+# scaled by the suite's cuts of that day), after the browser's file (first as before: it starts
 # the app process): `make test` hands whole files to two workers in this order, so no long
 # file is left for the end.
 SLOW_FILES = ("test_browser", "test_cross_tokenizer", "test_target_static", "test_real_lossless",
@@ -159,7 +159,7 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def gemma_pair():
-    """gemma-smol (different tokenizers), the same reference path, loaded once per session."""
+    """gemma-smol (different tokenizers), the same reference path, loaded once per test run."""
     pair = reference_pair("gemma-smol")
     yield pair
     pair.close()

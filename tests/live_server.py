@@ -74,7 +74,7 @@ class Served:
 
     def close(self) -> None:
         """Stop serving; a generation still running (a cancelled one ends within a round)
-        must end before the session's pair is closed under it."""
+        must end before the suite's pair is closed under it."""
         self.server.should_exit = True
         self.http.close()
         self.sdk.close()
@@ -84,7 +84,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(smol_pair):
-    """The session's smol-self pair served for one test module (import it into the module)."""
+    """The suite's smol-self pair served for one test module (import it into the module)."""
     s = Served(smol_pair)
     yield s
     s.close()

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 # rounds, and the profiler is tested on fakes (test_remeasure.py, test_loader.py) and on the
 # real pair (a whole profile in test_context.py, spot checks in test_target_static.py), which
 # stay timed. Each pair gets one plausible 2-core profile: target forward of 1 and 32 tokens,
-# draft s/token (docs/results-amd.md: 57 ms for 1 token, 80 for 8, the draft 6.4 ms/token;
+# draft s/token (bench/results/2026-11-24-cpu-span: 57 ms for 1 token, 80 for 8, the draft 6.4 ms/token;
 # gemma-smol's head is 262144 wide). Online times 2x off it (core/learned.py, WIDE) start a
 # spot check, and in an app or CLI process the tests start, a real profile.
 FIXED = {"smol-self": (0.060, 0.160, 0.0065), "gemma-smol": (0.100, 0.400, 0.0065)}

@@ -78,7 +78,7 @@ def test_generate_bad_prompt_files(capsys, tmp_path, content, needle):
 
 @pytest.fixture
 def cli_on_smol(smol_pair, monkeypatch):
-    """generate.py's Pair is the session's smol-self (no second load)."""
+    """generate.py's Pair is the suite's smol-self (no second load)."""
     import models.loader
     monkeypatch.setattr(models.loader, "Pair", lambda name, options: smol_pair)
     return smol_pair

@@ -150,25 +150,33 @@ def test_each_label_learns_from_its_own_runs_only(monkeypatch):
     assert pair.learned.budgets == warm
 
 
-def test_an_ab_carries_each_arms_learning_or_starts_every_run_fresh():
-    """measure/ab.py: carried, an arm's second prompt starts from what its first left;
-    fresh, every run starts from the pair's own learning. Either way the pair's own learning
-    is left as it was."""
+def test_fresh_runs_carry_no_learning_between_prompts(monkeypatch):
+    """--fresh: every measured run starts from the pair's learning after the warm-up; without
+    it a label's second prompt starts from what its first left. Either way the pair's own
+    learning is the warm-up's afterwards."""
     from core.learned import Learned
-    from measure.ab import run_arms
 
     def one(pair, ids, cfg):
         seen.append(dict(pair.learned.budgets))
-        pair.learned.budgets["duo"] = {"last": ids[0]}
+        pair.learned.budgets["duo"] = {"runs": len(seen)}
         return stats(4, 1.0)
 
-    for fresh in (False, True):
+    monkeypatch.setattr(bench, "run_one", one)
+    for fresh, second in ((False, 2), (True, 1)):
         pair, seen = MemoryPair(), []
         pair.learned = Learned()
-        run_arms(pair, QUESTIONS[:2], {"a": GenConfig(method="duo")}, one, lambda arm: None,
-                 "a", fresh=fresh)
-        assert seen == [{}, {} if fresh else {"duo": {"last": 2}}]
-        assert pair.learned.budgets == {}
+        bench.run_all({"duo": (pair, GenConfig(method="duo"))}, QUESTIONS[:2], False,
+                      lambda m: None, fresh=fresh)
+        assert seen == [{}, {"duo": {"runs": 1}}, {"duo": {"runs": second}}]
+        assert pair.learned.budgets == {"duo": {"runs": 1}}
+
+
+def test_a_labelled_twin_runs_its_method_and_repeat_goes_through_the_list_again():
+    args = bench.parse(["--questions", "q.jsonl", "--out", "/tmp/x", "--repeat", "2"])
+    assert bench.method_config(args, "duo-nolookup@twin") == bench.method_config(args, "duo-nolookup")
+    assert bench.repeats(args) == 2
+    with pytest.raises(ValueError, match="--repeat must be at least 1"):
+        bench.repeats(bench.parse(["--questions", "q", "--out", "/tmp/x", "--repeat", "0"]))
 
 
 def test_replay_keeps_the_memory_between_passes_and_changes_the_request(monkeypatch):

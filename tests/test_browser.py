@@ -119,7 +119,7 @@ def test_cancel_leaves_app_usable(app):
 def test_stop_ends_the_running_answer(app):
     client = app["client"]
     job, _ = _streaming(client, "Tell me a long story about a knight.")
-    assert client.predict(api_name="/stop") == "stopping …"  # same session as the job
+    assert client.predict(api_name="/stop") == "stopping …"  # same browser session as the job
     text, stats, status = answer_of(job.result(timeout=60))
     assert re.fullmatch(r"stopped after \d+ tokens", status), status
     assert int(status.split()[2]) < 1000
@@ -204,6 +204,33 @@ def test_page_says_loading_or_ready_then_ready(page):
     assert re.search(r"Loading|Ready", status.inner_text())
     wait_text(page, "#status", "Ready")
     assert "draft" in page.inner_text("#placement") and "CPU" in page.inner_text("#placement")
+
+
+ONE_LINE = """e => {  // [the line's height, one line's height in the same paragraph style]
+    const probe = e.cloneNode(false);
+    probe.textContent = "X";
+    e.parentNode.appendChild(probe);
+    const one = probe.getBoundingClientRect().height;
+    probe.remove();
+    return [e.getBoundingClientRect().height, one];
+}"""
+
+
+def test_placement_fits_one_line_with_the_reasons_one_click_away(page):
+    """At 1400 px the placement says where draft and target run, and at what precision, in
+    one line; the reasons and measured figures behind each choice open with one click."""
+    wait_text(page, "#status", "Ready")
+    line = page.locator("#placement p").first
+    assert re.search(r"draft.*CPU, \d+ threads?.*target.*CPU, float32", line.inner_text())
+    height, one = line.evaluate(ONE_LINE)
+    assert height < 1.5 * one, f"the placement line wraps: {height} px against {one} px a line"
+    why = page.locator("#placement details")
+    assert why.count() == 1 and not why.evaluate("e => e.open")
+    assert not page.locator("#placement details li").first.is_visible()
+    page.locator("#placement details summary").click()
+    reasons = page.locator("#placement details li")
+    reasons.first.wait_for(state="visible")
+    assert "thread" in reasons.first.inner_text() and reasons.count() == 2
 
 
 def test_duo_answer_streams_with_speed_panel(page):

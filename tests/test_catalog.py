@@ -60,7 +60,7 @@ def gguf_file(path: Path, tokens=TOKENS) -> Path:
 
 # ---- catalog data ----------------------------------------------------------------------------
 
-def test_builtin_catalog_has_the_issue_pairs(user_file):
+def test_builtin_catalog_has_the_real_and_embedded_pairs(user_file):
     pairs = catalog.load_catalog()
     assert REQUIRED <= set(pairs)
     assert [p.name for p in pairs.values() if p.embedded] == ["smol-self", "gemma-smol"]

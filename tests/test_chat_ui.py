@@ -23,7 +23,7 @@ from tests.fakes import FakeTarget, markov
 
 WORDS = [" a", " b", " c", " d", " e", " f", " g", " h"]
 P = markov(len(WORDS), seed=3, sharp=0.3)
-REQUEST = SimpleNamespace(session_hash="test-session")
+REQUEST = SimpleNamespace(session_hash="chat-tab")
 
 
 class ChatPair:
@@ -287,3 +287,36 @@ def test_the_lookup_setting_goes_to_duo_and_lookup_only():
     latest(app_on(pair).chat(REQUEST, "one two", [], "smol-self", False, "",
                              *settings(), True, "off"))
     assert pair.configs[-1].lookup == "off"
+
+
+def test_the_placement_is_one_short_line_with_the_reasons_behind_a_click():
+    from app.view import placement_line
+    from models.loader import summary
+
+    target = SimpleNamespace(dtype="float32", quant="none", path="static-compiled",
+                             device_name=lambda: "CPU")
+    short = summary(1, target)
+    assert short == {"draft": "CPU, 1 thread", "target": "CPU, float32, compiled"}
+    assert summary(3, replace_ns(target, quant="int8", path="eager"))["target"] == \
+        "CPU, int8 weights, float32, eager"
+    line = placement_line({"summary": short, "draft": "CPU, 1 thread(s), measured 12.6 ms",
+                           "target": "CPU, float32, compiled (auto: 117.6 ms)"}, "smol-self")
+    first, rest = line.split("\n", 1)
+    assert first == ("**pair** `smol-self` · **draft**: CPU, 1 thread · **target**: CPU, "
+                     "float32, compiled")
+    assert "<details><summary>" in rest and "measured 12.6 ms" in rest and "117.6 ms" in rest
+
+
+def test_the_gamma_cell_is_short_and_its_reason_one_click_away():
+    from app.view import final_panel
+
+    stats = dict(LOOKUP_STATS, gamma_profile={"gamma": 5, "reason": "draft 6.4 ms, verify 57 ms"},
+                 gammas_used={"5": 3})
+    panel = final_panel(stats)
+    assert "| gamma in use | **5** (auto; rounds γ=5: 3) |" in panel
+    table, why = panel.split("<details>", 1)
+    assert "6.4 ms" not in table and "draft 6.4 ms, verify 57 ms" in why
+
+
+def replace_ns(ns: SimpleNamespace, **kw) -> SimpleNamespace:
+    return SimpleNamespace(**{**vars(ns), **kw})

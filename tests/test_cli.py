@@ -45,7 +45,7 @@ def test_the_cli_s_duo_gives_the_oracle_s_ids(json_run, smol_pair):
 
 
 def test_prompt_file_and_streaming(tmp_path, capsys, monkeypatch, smol_pair):
-    """main in this process on the session's pair (a process of its own loaded smol-self
+    """main in this process on the suite's pair (a process of its own loaded smol-self
     again, 12 CPU seconds; the process's load and stdout: the --json test above)."""
     import models.loader
     from scripts.generate import main
@@ -100,7 +100,7 @@ def test_compile_buckets_reach_the_load_options_sorted():
 
 
 # a prompt longer than the window: tests/test_bad_input.py's test_generate_too_long_for_the_window
-# (main on the session's pair; a process of its own loaded smol-self again: 12 CPU seconds)
+# (main on the suite's pair; a process of its own loaded smol-self again: 12 CPU seconds)
 def test_a_bad_pair_from_the_process_is_one_line_exit_2():
     r = call("--pair", "nope", "--prompt", "x", timeout=60)  # main's error, after the parser
     assert r.returncode == 2 and "known pairs: gemma-smol" in r.stderr

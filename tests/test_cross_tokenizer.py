@@ -287,7 +287,7 @@ def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
 
 
 def test_different_tokenizers_mask_the_target_alone(gemma_pair):
-    """gemma-smol under tests/test_grammar.py's fields (here: the session's gemma-smol is
+    """gemma-smol under tests/test_grammar.py's fields (here: the suite's gemma-smol is
     loaded in this file): the draft proposes unadjusted (its ids are not the target's);
     greedy `sps` and `duo` still equal `vanilla` under a schema and biases, and the masked
     target turned translated drafts down (16 tokens, not 32: `sps` at gamma 4 had 12 of 22
@@ -346,7 +346,7 @@ WINDOW_PROMPT = ("Once upon a time, in a kingdom by the sea, there lived a baker
 @pytest.mark.parametrize("method", ["vanilla", "sps", "duo"])
 def test_gemma_smol_near_the_window_ends_with_length(gemma_pair, method, monkeypatch):
     """gemma-smol at a 64-token window (the draft counts it in its own tokens): every method
-    ends at the window or an end id. The session's gemma-smol with the windows a load with
+    ends at the window or an end id. The suite's gemma-smol with the windows a load with
     `n_ctx=64` gives (the target's 64, the draft's `draft_window`): a load of its own cost
     about 9 CPU seconds; the load's own window is checked on smol-self (test_context.py).
     The prompt fills most of the window: eight tokens to go (were 49, then 13: each a gemma

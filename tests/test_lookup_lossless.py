@@ -1,4 +1,4 @@
-"""The lookup keeps every method lossless (issue 30): greedy ids are vanilla's (fakes,
+"""The lookup keeps every method lossless: greedy ids are vanilla's (fakes,
 smol-self; gemma-smol in tests/test_cross_tokenizer.py, beside its other gemma cases), the
 coupled sampler keeps a seed's text, the rejection sampler's one-hot q keeps the target's
 distribution (chi-square), a grammar cuts a lookup draft, and the lookup's acceptance is

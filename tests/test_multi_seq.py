@@ -120,7 +120,7 @@ def test_stats_report_sequences_per_round(smol_pair, oracle):
 
 
 def test_predrafts_are_what_a_fresh_draft_would_say(smol_pair):
-    """Pre-drafts (issue 23) batched with the main chunk: each is the draft's own greedy
+    """Pre-drafts batched with the main chunk: each is the draft's own greedy
     continuation from the context with token j replaced by `a`, and its KV is kept right."""
     d = smol_pair.drafter
     ids = smol_pair.prompt_ids("Name three rivers in Europe.")

@@ -1,4 +1,4 @@
-"""Target precision (issue 13): the precision picker for faked free memory on the catalog's 7-8B
+"""Target precision: the precision picker for faked free memory on the catalog's 7-8B
 pairs, its refusal, and int8/int4 weight-only quantization of the real SmolLM2 target on the CPU
 (forward, top-1 agreement with float32, safetensors cache)."""
 from __future__ import annotations
