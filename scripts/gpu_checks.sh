@@ -17,16 +17,18 @@ BUDGET=${1:-540}; PARTS=${2:-${PARTS:-env methods emulate forward tests tuned pa
 RESERVE=${RESERVE:-10}  # seconds kept for the last copies
 LOG=$OUT/log.txt; CACHE=${DUO_CACHE_DIR:-$HOME/.cache/duodecoding}
 T0=$SECONDS
-# caps in seconds (a part gets its cap or what is left, whichever is less)
-CAP_ENV=${CAP_ENV:-20} CAP_METHODS=${CAP_METHODS:-210} CAP_SHADOW=${CAP_SHADOW:-90}
-CAP_PROFILE=${CAP_PROFILE:-60} CAP_FORWARD=${CAP_FORWARD:-180} CAP_TESTS=${CAP_TESTS:-300}
-CAP_TUNED=${CAP_TUNED:-120} CAP_PASSED=${CAP_PASSED:-240}
+# caps in seconds (a part gets its cap or what is left, whichever is less): env to forward
+# fill a 540 s call, the tests a second one (docs/gpu.md)
+CAP_ENV=${CAP_ENV:-20} CAP_METHODS=${CAP_METHODS:-200} CAP_SHADOW=${CAP_SHADOW:-150}
+CAP_PROFILE=${CAP_PROFILE:-50} CAP_FORWARD=${CAP_FORWARD:-120} CAP_TESTS=${CAP_TESTS:-240}
+CAP_TUNED=${CAP_TUNED:-90} CAP_PASSED=${CAP_PASSED:-180}
 if [ -n "$DRY" ]; then  # tiny shapes: one prompt, a few tokens, the eager target on the CPU
-  PROMPTS=1 TOKENS=8 CTX=512 ON_DEVICE="--device cpu --target-compile off"
+  PROMPTS=1 TOKENS=8 CTX=512 ON_DEVICE="--device cpu --target-compile off" ORACLE=$ON_DEVICE
   EMULATED=vanilla,duo SHAPE="--emulate-shape tiny"
   FORWARD="--tiny --quants int8 --paths static --depths 1,2" TUNED=$FORWARD
 else
   PROMPTS=8 TOKENS=128 CTX=1024 ON_DEVICE="--target-compile on" EMULATED=vanilla,sps,duo SHAPE=""
+  ORACLE="--target-compile off"  # the emulation's real target only gives the oracle's tokens
   FORWARD="--models llama8b --quants none,int8,int4 --paths compiled --depths 2,4"
   TUNED="--models llama8b --quants int8 --paths compiled --depths 2,4"
 fi
@@ -58,7 +60,7 @@ bench() {  # LABEL CAP DIR ARGS...: scripts/benchmark.py on smol-self
   local label=$1 cap=$2 dir=$3; shift 3
   run "$label" "$cap" "$PY" scripts/benchmark.py --pair smol-self \
     --max-new-tokens "$TOKENS" --ctx-size "$CTX" --compile-buckets 1,8,32 --target-quant none \
-    --figure1-lengths '' --out "$dir" $ON_DEVICE "$@"
+    --figure1-lengths '' --out "$dir" "$@"
 }
 pytest_gpu() {  # LABEL CAP NODE...: the GPU tests in one process (compiles use every core)
   local label=$1 cap=$2; shift 2
@@ -79,7 +81,8 @@ part_methods() {
   local d=$W/methods
   mkdir -p "$d"
   "$PY" scripts/gpu_report.py --write-questions "$PROMPTS" --out "$d"
-  bench methods "$CAP_METHODS" "$d" --questions "$d/questions.jsonl" --methods vanilla,sps,duo
+  bench methods "$CAP_METHODS" "$d" --questions "$d/questions.jsonl" --methods vanilla,sps,duo \
+    $ON_DEVICE
   # the draft's times per thread count and the budget's profiles on this machine
   for f in draft_threads profiles draft_attention draft_prefill target_paths; do
     cp "$CACHE/$f.json" "$d/" 2>/dev/null
@@ -90,9 +93,9 @@ part_emulate() {
   local d=$W/emulate q=(--questions bench/prompts.jsonl --limit-per-category 1)
   mkdir -p "$d"
   [ -z "$DRY" ] || q=(--questions "$W/methods/questions.jsonl")
-  bench emulate-shadow "$CAP_SHADOW" "$d/shadow" "${q[@]}" --methods "$EMULATED" \
+  bench emulate-shadow "$CAP_SHADOW" "$d/shadow" "${q[@]}" --methods "$EMULATED" $ORACLE \
     --emulate h100-llama8b-bf16 --emulate-clock shadow $SHAPE
-  bench emulate-profile "$CAP_PROFILE" "$d/profile" "${q[@]}" --methods "$EMULATED" \
+  bench emulate-profile "$CAP_PROFILE" "$d/profile" "${q[@]}" --methods "$EMULATED" $ORACLE \
     --emulate h100-llama8b-bf16 --emulate-clock profile
   pack emulate
 }

@@ -33,7 +33,9 @@ def bench(folder: Path, title: str) -> list[str]:
         return [f"## {title}", "", "no results.json", ""]
     r = json.loads(path.read_text())
     m = r["machine"]
-    head = [f"## {title}", "", f"{m['target_path']} target on {m['target_device']}, "
+    emu = r.get("emulation") or {}
+    clock = f" ({emu['clock']} clock, scale {emu['scale']:.2f})" if emu else ""
+    head = [f"## {title}", "", f"{m['target_path']} target on {m['target_device']}{clock}, "
             f"{r['prompts_done']} of {r['settings']['prompts']} prompts"
             f"{'' if r['complete'] else ' (cut before the end)'}, {m['date']}.", ""]
     same = [f"{name}: {s['overall']['identical_to_vanilla']} of {s['overall']['prompts']} "
