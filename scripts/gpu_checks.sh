@@ -2,14 +2,17 @@
 # The GPU check in one device call: env, methods, emulate, forward, tests, tuned, passed, in
 # that order; each part under its own cap (never past the call's deadline), its files packed
 # into $OUT the moment it ends, every output line stamped with the seconds since the start.
-#   bash scripts/gpu_checks.sh [SECONDS] [PARTS]   on a CUDA machine set up by ../shared/gpu
+#   bash scripts/gpu_checks.sh [SECONDS] [PARTS]   on a CUDA machine (PY=.venv/bin/python in a venv)
 #   DRY=1 bash scripts/gpu_checks.sh [SECONDS]     on a CPU: the same parts on tiny shapes
 # $OUT holds at most 8 files (what a device call brings back): log.txt (every part's output
 # as it goes), env.txt, summary.md, and methods/emulate/forward/tests.tgz.
 set -u
 DRY=${DRY:-}
 PY=${PY:-python3}
-[ -n "$DRY" ] || export PYTHONPATH=/tmp/site DUO_CACHE_DIR=/tmp/g/cache
+# a machine set up by ../shared/gpu keeps the project's libraries in /tmp/site
+if [ -z "$DRY" ] && [ -d /tmp/site ]; then
+  export PYTHONPATH=/tmp/site DUO_CACHE_DIR=${DUO_CACHE_DIR:-/tmp/g/cache}
+fi
 export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 OUT=${OUT:-/tmp/g/out}; W=${WORK:-/tmp/g/work}
 mkdir -p "$OUT" "$W"
