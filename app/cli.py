@@ -8,15 +8,14 @@ import math
 import os
 import sys
 
-from core.config import LOOKUP_CHOICES, SCHEDULES
+from core.config import LOOKUP_CHOICES
 from core.engine import METHODS, GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
 from models.target.choice import check_ctx_size
-from models.target.modes import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES
+from models.target.modes import COMPILE_CHOICES, QUANT_CHOICES
 
 DEFAULT_PAIR = "smol-self"
 TARGET_DTYPES = ("auto", "float32", "bfloat16", "float16")
-DRAFT_FORMATS = ("original", "q8_0")
 DRAFT_PREFILLS = ("auto", "copy", "own")
 DRAFT_ATTENTIONS = ("auto", "flash", "plain")
 
@@ -43,36 +42,27 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help="pair name (see download_models.py --list)")
     p.add_argument("--device", default=None, help="target device: cuda, cpu (default: cuda if present)")
     p.add_argument("--remeasure", action="store_true",
-                   help="time this machine again: the target's path (CPU, --target-compile "
-                        "auto) and packed product (--target-pack auto), the draft's threads "
-                        "and the draft budget's profiles")
+                   help="time this machine again: the draft's threads, attention kernel and "
+                        "prompt prefill, and the draft budget's profile")
     p.add_argument("--target-dtype", default="auto",
                    help=f"target weights: {', '.join(TARGET_DTYPES)} (auto: bfloat16 on cuda, "
                         "float32 on the CPU; bfloat16 on a CPU with AVX512-BF16 is faster; only float32 "
                         "on the CPU keeps greedy output token-identical)")
     p.add_argument("--target-compile", default=os.environ.get("DUO_TARGET_COMPILE", "auto"),
                    help="auto, on, off: the static-cache target compiled with torch.compile "
-                        "(auto: on for cuda; on the CPU, whichever measured faster here; "
-                        "default from DUO_TARGET_COMPILE, else auto)")
+                        "(auto: on for cuda, off on the CPU, where its compile costs minutes "
+                        "at a first start; default from DUO_TARGET_COMPILE, else auto)")
     p.add_argument("--target-quant", default=os.environ.get("DUO_TARGET_QUANT", "auto"),
                    help="auto, none, int8, int4: weight-only quantization of the target "
                         "(auto: the model's own weights unless memory forces int8 or int4, on "
                         "cuda and the CPU; int8 and int4 run faster or smaller but change the "
                         "answers; default from DUO_TARGET_QUANT)")
-    p.add_argument("--target-pack", default=os.environ.get("DUO_TARGET_PACK", "auto"),
-                   help="auto, on, off: a float32 CPU target's multi-row products on a packed "
-                        "copy of its weights (oneDNN; verify chunks run up to 2x faster, the "
-                        "weights take twice the RAM; auto: where the copy fits and measured "
-                        "faster here; default from DUO_TARGET_PACK)")
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context window in target tokens (default: min(trained window, "
                         "8192), shrunk to what fits); the draft's is sized from it")
     p.add_argument("--compile-buckets", default=None, metavar="N,N,...",
                    help="the compiled target's chunk lengths (default 1,2,4,8,16,32; on cuda "
                         "a CUDA graph each: fewer compile sooner, chunks pad up to the next)")
-    p.add_argument("--draft-format", default="original",
-                   help=f"draft weights: {', '.join(DRAFT_FORMATS)} (a cached Q8_0 copy of a "
-                        "smaller draft: faster prefill, for long prompts)")
     p.add_argument("--draft-prefill", default=os.environ.get("DUO_DRAFT_PREFILL", "auto"),
                    help=f"the draft's prompt prefill: {', '.join(DRAFT_PREFILLS)} (auto: on "
                         "the draft's Q8_0 copy, its cache then moved into the draft, where "
@@ -85,12 +75,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def load_options(args):
     for flag, value, known in (("--target-dtype", args.target_dtype, TARGET_DTYPES),
-                               ("--draft-format", args.draft_format, DRAFT_FORMATS),
                                ("--draft-prefill", args.draft_prefill, DRAFT_PREFILLS),
                                ("--draft-attention", args.draft_attention, DRAFT_ATTENTIONS),
                                ("--target-compile", args.target_compile, COMPILE_CHOICES),
-                               ("--target-quant", args.target_quant, QUANT_CHOICES),
-                               ("--target-pack", args.target_pack, PACK_CHOICES)):
+                               ("--target-quant", args.target_quant, QUANT_CHOICES)):
         if value not in known:
             raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
     if args.ctx_size is not None:
@@ -98,11 +86,10 @@ def load_options(args):
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_format=args.draft_format, draft_prefill=args.draft_prefill,
+                       draft_prefill=args.draft_prefill,
                        draft_attention=args.draft_attention,
                        target_compile=args.target_compile,
-                       target_quant=args.target_quant, target_pack=args.target_pack,
-                       n_ctx=args.ctx_size,
+                       target_quant=args.target_quant, n_ctx=args.ctx_size,
                        compile_buckets=compile_buckets(args.compile_buckets))
 
 
@@ -144,11 +131,6 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
                         "suffix index, no model; docs/lookup.md). auto: the draft budget picks "
                         "the model's chunk, the lookup's or both each round; on: the lookup's "
                         "whenever it has one; off: model drafts only")
-    p.add_argument("--schedule", choices=SCHEDULES, default="auto",
-                   help="duo: overlap (the draft writes the next chunk while the target "
-                        "verifies), turns (the chunk, then its verify, each on every core: a "
-                        "CPU target shares the draft's cores), auto (the faster priced for "
-                        "this machine and pair, each generation; overlap on a GPU)")
 
 
 def parse_gamma(value: str) -> int | None:
@@ -160,9 +142,8 @@ def parse_gamma(value: str) -> int | None:
         raise ValueError(f"--gamma must be 'auto' or a number, got '{value}'") from None
 
 
-def gen_config(args, method: str, lookup: str | None = None,
-               schedule: str | None = None) -> GenConfig:
-    """`lookup`, `schedule`: instead of args' (the benchmark's methods they do not apply to)."""
+def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
+    """`lookup`: instead of args' (the benchmark's methods it does not apply to)."""
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
@@ -171,8 +152,7 @@ def gen_config(args, method: str, lookup: str | None = None,
                     stop_strings=tuple(args.stop), sequential=args.sequential,
                     multi_seq=args.multi_seq == "on", max_seqs=args.max_seqs,
                     theta_scale=args.theta_scale, static_k=args.static_k,
-                    predraft=args.predraft == "on", lookup=lookup or args.lookup,
-                    schedule=schedule or args.schedule)
+                    predraft=args.predraft == "on", lookup=lookup or args.lookup)
     cfg.validate()
     return cfg
 

@@ -22,8 +22,7 @@ def real_pair(opts) -> PairFactory:
 
         pair = Pair(name, opts, progress=say)
         try:
-            for method in ("duo", "sps"):  # their thread splits differ: one profile each
-                pair.ensure_profile(method)
+            pair.ensure_profile()
             say("warming up (a few tokens with each method)")
             _warm_up(pair)
         except BaseException:
@@ -95,9 +94,6 @@ class OwnedPair:
 
     def ensure_profile(self, *args, **kwargs):
         return self.owner.call(self.inner.ensure_profile, *args, **kwargs)
-
-    def apply_threads(self, method: str):
-        return self.owner.call(self.inner.apply_threads, method)
 
     def close(self) -> None:
         self.owner.call(self.inner.close)

@@ -35,6 +35,11 @@ NOT_YET = {
     "mirostat": lambda v: v == 0,
     "ignore_eos": lambda v: v is False,
 }
+# Our own fields that no longer mean anything: refused with a 400 naming the field and why.
+REMOVED = {
+    "schedule": "duo overlaps where the target runs on a GPU and runs sps's loop where it "
+                "shares the draft's cores; there is nothing to choose",
+}
 
 
 class ApiError(Exception):
@@ -126,7 +131,6 @@ class Knobs(Strict):
     theta_scale: float = Field(1.0, gt=0, le=100)
     predraft: bool = True  # duo: pre-draft likely rejection outcomes (the cost model decides)
     lookup: Literal["auto", "on", "off"] = "auto"  # duo, lookup: suffix-index drafts
-    schedule: Literal["auto", "overlap", "turns"] = "auto"  # duo's (core/turns.py)
     cache_prompt: bool = True  # as llama-server: keep what the caches hold of this prompt
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> -100..100
@@ -145,13 +149,6 @@ class Knobs(Strict):
                                 f"'{self.method}' (lookup drafts: duo and lookup; lookup "
                                 "needs them)", param="lookup", code="invalid_value")
         return self.lookup
-
-    def schedule_for_method(self) -> str:
-        """`schedule`, refused by name where the method has none to choose."""
-        if self.schedule != "auto" and self.method != "duo":
-            raise ApiError(400, f"schedule: '{self.schedule}' applies to method 'duo', not "
-                                f"'{self.method}'", param="schedule", code="invalid_value")
-        return self.schedule
 
     def token_bias(self) -> dict[int, float]:
         out = {}
@@ -189,7 +186,7 @@ class Knobs(Strict):
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup_for_method(), schedule=self.schedule_for_method(),
+                         lookup=self.lookup_for_method(),
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,
@@ -271,6 +268,10 @@ def load_json(body: bytes) -> dict:
 
 
 def refuse_not_yet(data: dict) -> None:
+    for name, why in REMOVED.items():
+        if name in data:
+            raise ApiError(400, f"{name}: no longer taken ({why}); leave it out",
+                           param=name, code="unsupported_parameter")
     for name, is_default in NOT_YET.items():
         if name in data and not is_default(data[name]):
             raise ApiError(400, f"{name}: not supported yet (the server would ignore it and "

@@ -177,8 +177,8 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
         ("target busy / idle", f"{_s(stats['target_busy_s'])} / {_s(stats['target_idle_s'])}"),
         ("threads", f"draft {threads.get('draft', '?')}, target {threads.get('target', '?')}"),
     ]
-    if stats.get("schedule"):  # duo: overlapped or in turns, and why (core/turns.py)
-        rows.append(("schedule", stats["schedule"]["reason"]))
+    if stats.get("schedule"):  # duo: beside the target (a GPU), or sps's loop (shared cores)
+        rows.append(("schedule", stats["schedule"]))
     if seed is not None:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -188,14 +188,12 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
 
 
 def lookup_line(stats: dict) -> str:
-    """The lookup's share of the new tokens, its acceptance and the rounds it won (on every
-    core; from earlier requests)."""
+    """The lookup's share of the new tokens, its acceptance and the rounds it won (from
+    earlier requests)."""
     lk = stats.get("lookup") or {}
     if not lk.get("rounds"):
         return "— (no lookup proposals)" if stats.get("method") in LOOKUP_METHODS else "—"
-    how = [f"{lk[k]} {text}" for k, text in (("solo", "on every core"),
-                                             ("memory", "from earlier requests")) if lk.get(k)]
-    how = f" ({', '.join(how)})" if how else ""
+    how = f" ({lk['memory']} from earlier requests)" if lk.get("memory") else ""
     return (f"{_pct(lk.get('share', 0))} of the tokens · acceptance "
             f"{_pct(lk.get('acceptance', 0))} · won {lk.get('won', 0)}{how} of {lk['rounds']} "
             "rounds it proposed in")

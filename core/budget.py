@@ -27,30 +27,21 @@ class Profile:
     device: str = "cpu"
     draft_threads: dict = field(default_factory=dict)  # threads -> draft s/token, measured
     load: float | None = None  # other processes' share of the cores while it was measured
-    # solo_verify_s[n - 1]: the target's forward of n tokens on solo_threads (every core), the
-    # worker idle (a lookup round without the draft beside it); empty: no solo rounds
-    solo_verify_s: list[float] = field(default_factory=list)
-    solo_threads: int = 0
 
     def verify(self, n: int) -> float:
         return _curve(self.verify_s, n)
 
-    def solo_verify(self, n: int) -> float:
-        return _curve(self.solo_verify_s, n)
-
     def to_dict(self) -> dict:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
                 "draft_step_s": self.draft_step_s, "device": self.device,
-                "draft_threads": self.draft_threads, "load": self.load,
-                "solo_verify_s": self.solo_verify_s, "solo_threads": self.solo_threads}
+                "draft_threads": self.draft_threads, "load": self.load}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         steps = {int(k): v for k, v in d.get("draft_step_s", {}).items()}
         threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
         return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
-                   threads, d.get("load"), list(d.get("solo_verify_s", [])),
-                   d.get("solo_threads", 0))
+                   threads, d.get("load"))
 
 
 def _curve(times: list[float], n: int) -> float:
@@ -71,7 +62,6 @@ class DraftBudget:
         self.alpha, self.max_gamma, self.ema = alpha, max_gamma, ema
         self.draft_scale = self.verify_scale = 1.0  # measured / profiled, for context growth
         self.length_scales: dict[int, float] = {}  # per verify length bucket, once measured
-        self.solo_scale = 1.0  # measured / profiled, for verifies on every core (solo rounds)
         self.reason = ""
         self.since_probe = 0  # plain rounds since a round last drafted (carried on: state())
         self.gamma = fixed if fixed else self._choose()
@@ -102,21 +92,6 @@ class DraftBudget:
         one), or by the scale of all lengths until one is measured."""
         scale = self.length_scales.get(length_bucket(n), self.verify_scale)
         return self.profile.verify(n) * scale
-
-    @property
-    def solo(self) -> bool:
-        """Whether a round may verify on every core, the worker idle (a solo round)."""
-        return bool(self.profile.solo_verify_s)
-
-    def solo_verify_s(self, n: int) -> float:
-        """The verify of `n` tokens on every core, the worker idle."""
-        return self.profile.solo_verify(n) * self.solo_scale
-
-    def observe_solo(self, verify_s: float, verify_n: int) -> None:
-        """A solo round's verify time (kept apart from the times beside the drafting thread)."""
-        if verify_n and verify_s > 0 and self.solo:
-            ratio = verify_s / self.profile.solo_verify(verify_n)
-            self.solo_scale += self.ema * (ratio - self.solo_scale)
 
     def expected_rate(self, gamma: int, alpha: float | None = None) -> float:
         a = min(max(self.alpha if alpha is None else alpha, 0.01), 0.995)
@@ -245,7 +220,7 @@ class DraftBudget:
         rounds since the last probe (so short generations still probe, every PROBE_EVERY)."""
         return {"alpha": self.alpha, "draft_scale": self.draft_scale,
                 "verify_scale": self.verify_scale, "length_scales": dict(self.length_scales),
-                "solo_scale": self.solo_scale, "profile": self.profile,
+                "profile": self.profile,
                 "since_probe": self.since_probe}
 
     def restore(self, state: dict | None) -> None:
@@ -257,7 +232,6 @@ class DraftBudget:
         if state["profile"] == self.profile:
             self.draft_scale, self.verify_scale = state["draft_scale"], state["verify_scale"]
             self.length_scales = dict(state.get("length_scales", {}))
-            self.solo_scale = state.get("solo_scale", 1.0)
         if not self.fixed:
             self.gamma = self._choose()
 
@@ -266,7 +240,6 @@ class DraftBudget:
                 f"fixed by the user: {self.fixed}", "alpha": round(self.alpha, 3),
                 "draft_scale": round(self.draft_scale, 3),
                 "verify_scale": round(self.verify_scale, 3),
-                "solo_scale": round(self.solo_scale, 3),
                 "length_scales": {bucket_label(b): round(v, 3)
                                   for b, v in sorted(self.length_scales.items())},
                 "profile": self.profile.to_dict()}

@@ -8,10 +8,6 @@ from core.sampling import SAMPLERS, SamplingConfig, check_finite
 
 METHODS = ("vanilla", "sps", "duo", "lookup")  # lookup: the target and the suffix index alone
 LOOKUP_CHOICES = ("auto", "on", "off")  # auto: priced each round; on: whenever it proposes
-# duo's schedule (core/turns.py): overlap (the draft beside the verify, the paper's), turns
-# (draft, then verify, each on every core: a CPU target shares the draft's cores), auto (the
-# loader prices both for this machine and pair, each generation)
-SCHEDULES = ("auto", "overlap", "turns")
 
 
 @dataclass
@@ -29,9 +25,6 @@ class GenConfig:
     theta_scale: float = 1.0  # theta = p(1,1) * p(2,1) * theta_scale
     static_k: int | None = None  # always k sequences (comparison)
     predraft: bool = True  # duo only: pre-draft likely rejection outcomes (core/predraft.py)
-    # >0: prefills run alone on this many threads (duo: both, but a short prompt's target at
-    # its own count beside the draft's: core/rounds.py; sps: the draft's)
-    prefill_threads: int = 0
     cache_prompt: bool = True  # keep what the caches hold of this prompt (a chat's next turn)
     draft_timeout_s: float | None = 10.0  # no draft answer by then (+10 ms a context token)
     # what changes the logits of every row, target and draft alike (core/constraints.py)
@@ -41,7 +34,6 @@ class GenConfig:
     frequency_penalty: float = 0.0
     logprobs: int | None = None  # report logprobs with this many alternatives per token
     lookup: str = "auto"  # duo and lookup: suffix-index drafts (core/suffix.py); sps: model only
-    schedule: str = "auto"  # duo only: SCHEDULES (the engine runs auto as overlap)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -49,7 +41,6 @@ class GenConfig:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler '{self.sampler}'; known: {', '.join(SAMPLERS)}")
         self._check_lookup()
-        self._check_schedule()
         check_finite("--theta-scale", self.theta_scale)
         if self.draft_timeout_s is not None and not self.draft_timeout_s > 0:
             raise ValueError(f"draft_timeout_s must be > 0 or None, got {self.draft_timeout_s}")
@@ -75,20 +66,6 @@ class GenConfig:
         if self.method in ("vanilla", "sps") and self.lookup == "on":
             raise ValueError(f"lookup 'on' applies to duo and lookup, not {self.method} (which "
                              "drafts with the model only)")
-
-    def _check_schedule(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule '{self.schedule}'; known: {', '.join(SCHEDULES)}")
-        if self.schedule != "auto" and self.method != "duo":
-            raise ValueError(f"schedule '{self.schedule}' applies to duo, not {self.method}")
-        if self.schedule == "turns" and (self.sequential or self.static_k):
-            raise ValueError("schedule 'turns' drafts one sequence, then verifies it; "
-                             "--sequential and --static-k apply to the overlapped schedule")
-
-    @property
-    def turns(self) -> bool:
-        """duo in turns (core/turns.py): the draft's chunk, then its verify."""
-        return self.method == "duo" and self.schedule == "turns"
 
     @property
     def uses_lookup(self) -> bool:

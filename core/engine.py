@@ -1,7 +1,8 @@
 """The decoding methods: `vanilla` (target only, the oracle), `sps` (draft then verify), `duo`
 (draft the next chunk while the target verifies this one; with the suffix index's lookup
 fused in, core/fusion.py) and `lookup` (the target and the index alone). Each is a generator
-of Events, so streaming is free; core/telemetry.py gathers the stats beside them."""
+of Events, so streaming is free; core/telemetry.py gathers the stats beside them. Where the
+target shares the draft's cores (a CPU target) duo runs sps's loop with the lookup."""
 from __future__ import annotations
 
 import time
@@ -20,13 +21,11 @@ from core.learned import Learned
 from core.metrics import GenerationStats
 from core.output import Event, Output
 from core.rounds import (branch_policy, close_worker, draft_worker, flat_profile, plain_round,
-                         predraft_plan, prefill_draft, prefill_duo, round_alone)
+                         predraft_plan)
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
-from core.scheduler import Drafted
 from core.suffix import ContextLookup, SuffixMemory
 from core.telemetry import Telemetry
-from core.turns import TURNS, turns_loop
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 
@@ -112,7 +111,8 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
              decode: Callable[[list[int]], str], profile: Profile | None = None,
              stop: Callable[[], bool] | None = None,
              learned: Learned | None = None, grammar: Grammar | None = None,
-             lookup_memory: SuffixMemory | None = None) -> Iterator[Event]:
+             lookup_memory: SuffixMemory | None = None,
+             shared_cores: bool = False) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats.
     `stop()` turning true ends the generation after the event just yielded (reason
     'stopped'), still with the stats. `learned`: what earlier generations of this pair
@@ -120,18 +120,19 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     target keeps what it holds of the prompt (cfg.cache_prompt). `grammar`:
     cfg.response_format compiled (models/grammar.py), fresh for this generation.
     `lookup_memory`: earlier requests the lookup consults beside this context (read only).
-    duo runs in turns where cfg.schedule says so (core/turns.py), with a budget of its own."""
+    `shared_cores`: the target runs on the draft's cores, so duo drafts, then verifies (sps's
+    loop, with the lookup) instead of the two side by side."""
     learned = learned if learned is not None else Learned()
     if cfg.method not in ("vanilla", "lookup") and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     run = Run(target, prompt, cfg, decode, learned.odds, grammar)
     run.learned = learned
-    loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo, "lookup": _lookup}[cfg.method]
-    loop, key = (turns_loop, TURNS) if cfg.turns else (loop, cfg.method)
-    budget = None
+    overlap = cfg.method == "duo" and not shared_cores
+    loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo if overlap else _sps,
+            "lookup": _lookup}[cfg.method]
+    key, budget = cfg.method, None
     if cfg.method != "vanilla":
-        budget = learned.budget(key, profile or flat_profile(),
-                                overlap=cfg.method == "duo" and not cfg.turns, fixed=cfg.gamma)
+        budget = learned.budget(key, profile or flat_profile(), overlap=overlap, fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
         if cfg.uses_lookup:
             run.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
@@ -202,17 +203,28 @@ def _lookup(run: Run, drafter, budget: DraftBudget) -> Iterator[Event]:
 
 
 def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
+    """Draft a chunk, then verify it. The first round is the target's prefill alone (the
+    draft prefills at its first chunk), so the first token comes as soon as vanilla's. With
+    the lookup (duo where the target shares the draft's cores) each round verifies the best
+    of the chunk, the index's continuation and the two fused (core/fusion.py)."""
     worker = draft_worker(run, drafter, sequential=True)
+    first = True
     try:
-        if run.cfg.prefill_threads:
-            prefill_draft(run, drafter, worker)
         while True:
             start = time.perf_counter()
-            gamma = 0 if worker.failed else run.draft_room(budget.gamma)
-            chunk = worker.inline(run.ctx, gamma) if gamma else Drafted.nothing()
+            gamma = 0 if worker.failed or first else run.draft_room(budget.gamma)
+            first = False
+            if not gamma:
+                yield plain_round(run, budget, start)
+                continue
+            chunk = worker.inline(run.ctx, gamma)
             draft = chunk.proposal.main
+            if run.lookup is not None:
+                pick = run.lookup.pick(run, budget, draft, beside=False)
+                draft = pick.draft
+                run.telemetry.drafting(draft, pick.source, pick.offered)
             verdict, vspan = run.verify(draft)
-            run.telemetry.sps_round(budget, start, chunk, vspan, verdict)
+            run.telemetry.sps_round(budget, start, chunk, vspan, verdict, len(draft))
             yield run.commit(draft, verdict)
     finally:
         close_worker(run, worker)
@@ -235,9 +247,6 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
     predraft = _predraft_policy(run, budget)
     draft, short = Draft(), False
     try:
-        if run.cfg.prefill_threads:  # cores are shared: both prefills first (prefill_duo)
-            if (yield from prefill_duo(run, worker, budget)):
-                return
         while True:
             start = time.perf_counter()
             if branching is not None:  # the policy prices sequences with the learned alpha
@@ -249,12 +258,6 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                     return
                 continue
             pick = run.lookup.pick(run, budget, draft, beside=True) if run.lookup else None
-            if pick is not None and pick.solo:  # the lookup on every core, no chunk beside
-                ev, draft, short = round_alone(run, budget, start, pick), Draft(), False
-                yield ev
-                if ev.done:
-                    return
-                continue
             if pick is not None and pick.draft is not draft:  # the lookup's, or fused
                 draft, short = pick.draft, False
             size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)

@@ -20,12 +20,10 @@ PROBE_EVERY = 8  # auto: a lookup that lost this many rounds running is tried (b
 @dataclass
 class Pick:
     """What a round verifies: `source` is model, lookup, fused (the model's chunk extended by
-    the lookup) or plain (no draft); `offered`: the index had a proposal this round; `solo`:
-    verified on every core, the worker idle (no chunk drafted beside it)."""
+    the lookup) or plain (no draft); `offered`: the index had a proposal this round."""
     draft: Draft
     source: str
     offered: bool = False
-    solo: bool = False
 
 
 class LookupPolicy:
@@ -41,33 +39,27 @@ class LookupPolicy:
     def extend(self, tokens: list[int]) -> None:
         self.index.extend(tokens)
 
-    def pick(self, run, budget: DraftBudget, model: Draft, beside: bool,
-             solo: bool = True) -> Pick:
+    def pick(self, run, budget: DraftBudget, model: Draft, beside: bool) -> Pick:
         """The best of: `model` (the chunk drafted last round, or no draft), the lookup's
         continuation of the context, and `model` extended by the lookup's continuation of
         context + model. `beside`: the worker drafts the next chunk during this verify (the
-        chunk is used when every token passes). `solo` False: the worker is busy, so no round
-        on every core."""
-        solo = solo and budget.solo
+        chunk is used when every token passes)."""
         room = run.draft_room(LOOKUP_MAX)
-        alone = self.proposal(run, [], room)
+        after = self.proposal(run, [], room)
         fused = self.proposal(run, model.tokens, room - len(model)) if len(model) else Lookup()
-        own = Pick(model, "model" if len(model) else "plain", bool(alone or fused))
+        own = Pick(model, "model" if len(model) else "plain", bool(after or fused))
         if not own.offered:
             return own
         if self.mode == "on":
-            found, base, source = (fused, model, "fused") if fused else (alone, Draft(), "lookup")
-            return Pick(base.plus(found, self.sampled), source, True,
-                        solo and not beside)  # the worker is idle: the solo count
+            found, base, source = (fused, model, "fused") if fused else (after, Draft(), "lookup")
+            return Pick(base.plus(found, self.sampled), source, True)
         model_p, miss = [budget.alpha] * len(model), _miss_s(budget)
         options = []
-        for found, base, source, prior in ((alone, Draft(), "lookup", []),
+        for found, base, source, prior in ((after, Draft(), "lookup", []),
                                            (fused, model, "fused", model_p)):
-            for alone in (False, True) if solo else (False,):
-                if found:
-                    rate, n = self.best_length(budget, prior, found, beside, miss, alone)
-                    draft = base.plus(found.cut(n), self.sampled)
-                    options.append((rate, Pick(draft, source, True, alone)))
+            if found:
+                rate, n = self.best_length(budget, prior, found, beside, miss)
+                options.append((rate, Pick(base.plus(found.cut(n), self.sampled), source, True)))
         best = max(options, key=lambda o: o[0])
         if best[0] > self._rate(budget, model_p, beside, miss=miss) * (1 + MARGIN):
             self.lost = 0
@@ -107,16 +99,13 @@ class LookupPolicy:
         return found
 
     def best_length(self, budget: DraftBudget, prior: list[float], found: Lookup,
-                    beside: bool, miss: float, solo: bool = False) -> tuple[float, int]:
+                    beside: bool, miss: float) -> tuple[float, int]:
         """The priced tokens/s of `found`'s best cut after a draft of pass rates `prior`,
         and that cut's length."""
         probs = self.bands.pass_probs(found.conf, found.source)
 
-        def rate(n: int) -> float:  # solo: the index goes on only where the proposal does
-            if solo:
-                return _solo_rate(budget, prior + probs[:n], beside, n, n < len(probs), miss)
-            return self._rate(budget, prior + probs[:n], beside, len(prior), miss)
-        rates = [rate(n) for n in range(1, len(probs) + 1)]
+        rates = [self._rate(budget, prior + probs[:n], beside, len(prior), miss)
+                 for n in range(1, len(probs) + 1)]
         n = int(np.argmax(rates))
         return rates[n], n + 1
 
@@ -138,19 +127,6 @@ class LookupPolicy:
             miss = _miss_s(budget) if miss is None else miss
             t = max(t, budget.draft_s(size)) + (1 - ready) * miss
         return tokens / max(t, 1e-9)
-
-
-def _solo_rate(budget: DraftBudget, probs: list[float], beside: bool, n_lookup: int,
-               goes_on: bool, miss: float) -> float:
-    """Expected tokens per second of a solo round: the verify on every core, no chunk drafted
-    beside it. Where a chunk could have been drafted (`beside`), the next round starts
-    without one unless the index's proposal `goes_on` past this draft and every token
-    passes: otherwise it pays `miss` (the empty round) and the draft's catching up with the
-    `n_lookup` tokens it never saw and the target's (one batch)."""
-    tokens, reach = expected_tokens(probs)
-    empty = (miss + budget.batch_s(n_lookup + 1)) * (1 - reach * goes_on)
-    t = budget.solo_verify_s(len(probs) + 1) + empty * beside
-    return tokens / max(t, 1e-9)
 
 
 def _chunk_ready(probs: list[float], model_n: int, alpha: float, size: int) -> float:

@@ -43,13 +43,7 @@ class Learned:
             setattr(self, k, state[k])
 
     def keep(self, method: str, budget: DraftBudget) -> None:
-        self.budgets.pop(method, None)  # the newest last (latest_alpha)
         self.budgets[method] = budget.state()
-
-    def latest_alpha(self, keys: tuple[str, ...]) -> float | None:
-        """The acceptance learned by the newest of these budgets (None: none has run)."""
-        newest = [state for key, state in self.budgets.items() if key in keys]
-        return newest[-1]["alpha"] if newest else None
 
     def bands(self, method: str) -> LookupBands:
         """The lookup's pass rates per confidence band, carried on in place."""

@@ -58,7 +58,6 @@ class GenerationStats:
     rejection_idle_s: float = 0.0  # target idle between a rejection and the next verify
     lookup_rounds: int = 0  # rounds where the suffix index had a proposal
     lookup_won: int = 0  # of those, rounds whose draft used it (lookup alone or fused)
-    lookup_solo: int = 0  # of those, rounds verified on every core, the worker idle
     lookup_memory: int = 0  # of those, rounds whose lookup tokens came from earlier requests
     lookup_proposed: int = 0  # lookup tokens verified
     lookup_accepted: int = 0  # of those, accepted
@@ -128,17 +127,17 @@ class GenerationStats:
             predraft_hit_rate=self.predraft_hits / self.rejections if self.rejections else 0.0,
             lookup=self.lookup_dict(),
         )
-        for k in ("lookup_rounds", "lookup_won", "lookup_solo", "lookup_memory",
+        for k in ("lookup_rounds", "lookup_won", "lookup_memory",
                   "lookup_proposed", "lookup_accepted", "lookup_emitted"):
             del d[k]
         return d
 
 
     def lookup_dict(self) -> dict:
-        """The suffix index's part: rounds it proposed in, rounds it won (on every core; from
-        the memory of earlier requests), its tokens proposed and accepted, and its share of the
+        """The suffix index's part: rounds it proposed in, rounds it won (from the memory of
+        earlier requests), its tokens proposed and accepted, and its share of the
         new tokens."""
-        return {"rounds": self.lookup_rounds, "won": self.lookup_won, "solo": self.lookup_solo,
+        return {"rounds": self.lookup_rounds, "won": self.lookup_won,
                 "memory": self.lookup_memory,
                 "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,
                 "acceptance": (self.lookup_accepted / self.lookup_proposed

@@ -13,9 +13,8 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from core.backends import Branching, Drafter, Plan, Proposal
 from core.sampling import SamplingConfig, draft_draws
@@ -49,26 +48,13 @@ class DraftJob:
         self._future, self._stop, self._worker = future, stop, worker
         self._timeout_s = timeout_s
         self._drafted: Drafted | None = None
-        self._since = time.perf_counter()
 
     def result(self) -> Drafted:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
         time (the worker then says why in its `warnings` and drafts no more)."""
         if self._drafted is None:
-            with self._worker.waited_on(self._future):
-                self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
+            self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
         return self._drafted
-
-    def late(self) -> bool:
-        """Still running past its timeout (counted from its submission): then it is
-        collected now as the failure `result` would find (a job no one waits on, like a
-        prefill beside the target's rounds)."""
-        if self._drafted is not None or self._timeout_s is None or self._future.done():
-            return False
-        if time.perf_counter() - self._since < self._timeout_s:
-            return False
-        self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s, wait=0)
-        return True
 
     def cancel(self) -> None:
         """The chunk is not wanted: stop after the current token."""
@@ -99,11 +85,6 @@ class DraftWorker:
         self.adjust = {} if adjust is None else {"adjust": adjust}  # its own, for this thread
         self.sequential, self.timeout_s = sequential, timeout_s
         self.warnings: list[str] = []
-        # set while the caller waits for a job (nothing else decodes): a drafter with an
-        # `alone` attribute may take more threads then (LlamaDrafter.alone_threads)
-        self.waiting = threading.Event()
-        if hasattr(drafter, "alone"):
-            drafter.alone = self.waiting
         self._hung: Future | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="draft")  # a thread on first use
         self._watchdog: Watchdog | None = None
@@ -156,18 +137,6 @@ class DraftWorker:
             return Drafted.nothing()
         return drafted
 
-    @contextmanager
-    def waited_on(self, future: Future) -> Iterator[None]:
-        """The block waits for `future`: `waiting` is set meanwhile, unless it is done."""
-        if future.done():
-            yield
-            return
-        self.waiting.set()
-        try:
-            yield
-        finally:
-            self.waiting.clear()
-
     def _timeout(self, context: list[int]) -> float | None:
         return None if self.timeout_s is None else self.timeout_s + CATCH_UP_S * len(context)
 
@@ -185,11 +154,10 @@ class DraftWorker:
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
-    def collect(self, future: Future, stop: threading.Event, timeout_s: float | None,
-                wait: float | None = None) -> Drafted:
-        """Wait for a job, at most timeout_s (or `wait`, the time it has left)."""
+    def collect(self, future: Future, stop: threading.Event, timeout_s: float | None) -> Drafted:
+        """Wait for a job, at most timeout_s."""
         try:
-            return future.result(timeout=timeout_s if wait is None else wait)
+            return future.result(timeout=timeout_s)
         except FutureTimeout:
             stop.set()
             self._hung = future

@@ -8,7 +8,7 @@ from core.backends import Draft, Plan, Proposal
 from core.branching import FirstTokenOdds, step_ratio
 from core.budget import DraftBudget
 from core.metrics import GenerationStats, RoundRecord
-from core.scheduler import DraftJob, Drafted, DraftTiming
+from core.scheduler import DraftJob, Drafted
 from core.verify import Verdict
 
 
@@ -56,11 +56,10 @@ class Telemetry:
 
     # -- sps and duo -------------------------------------------------------------------------
     def sps_round(self, budget: DraftBudget, start: float, chunk: Drafted, vspan,
-                  verdict: Verdict) -> None:
-        """Draft, then verify: the draft's span (none when it drafted nothing) and the verdict."""
-        proposal, timing = chunk
-        drafted = len(proposal.main)
-        self.stats.plain_rounds += budget.gamma == 0
+                  verdict: Verdict, drafted: int) -> None:
+        """Draft, then verify `drafted` tokens (the chunk, or what the lookup made of it): the
+        draft's span and the verdict."""
+        timing = chunk.timing
         self.stats.draft_busy_s += timing.busy_s
         rec = self.round(start, timing.span if drafted else (start, start), vspan, drafted,
                          verdict.accepted)
@@ -106,38 +105,14 @@ class Telemetry:
             s.predraft_hits += hit
             self._rejected_at = vspan[1]
 
-    def plain_round(self, budget: DraftBudget, start: float, vspan, solo: bool = False) -> None:
-        """One target token, no draft (the budget fell back to plain decoding, or the draft is
-        prefilling beside the target); `solo`: on every core, the worker idle."""
-        self._alone(budget, start, vspan, 0, 0, solo)
-
-    def lookup_alone(self, budget: DraftBudget, start: float, vspan, verdict: Verdict,
-                     solo: bool = False) -> None:
-        """The lookup's continuation verified with the worker idle (no chunk beside it): a
-        plain round for the model draft (its budget said it cannot pay, or there is none);
-        `solo`: on every core."""
-        self.stats.lookup_solo += solo
+    def idle_round(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> None:
+        """A round with the worker idle: one target token (the budget fell back to plain
+        decoding), or the lookup's continuation (its tokens learned per band)."""
         n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
-        self._alone(budget, start, vspan, n, verdict.accepted, solo)
-
-    def _alone(self, budget: DraftBudget, start: float, vspan, n: int, accepted: int,
-               solo: bool) -> None:
-        """A round of n draft tokens with the worker idle; a solo one's verify time is kept
-        apart from those beside the draft."""
+        accepted = verdict.accepted if n else 0
         self.stats.plain_rounds += 1
         rec = self.round(start, (start, start), vspan, n, accepted)
-        self.observe(budget, rec, n, accepted, None, timed=not solo)
-        if solo and self.last_scored == n + 1:
-            budget.observe_solo(vspan[1] - vspan[0], n + 1)
-
-    def target_prefill(self, budget: DraftBudget, vspan) -> None:
-        self.round(vspan[0], (vspan[0], vspan[0]), vspan, 0, 0)
-        self.stats.gammas_used[budget.gamma] += 1
-
-    def draft_prefill(self, timing: DraftTiming) -> None:
-        self.stats.draft_busy_s += timing.busy_s
-        span = timing.span
-        self.round(span[0], span, (span[0], span[0]), 0, 0)
+        self.observe(budget, rec, n, accepted, None)
 
     def settle_dropped(self) -> None:
         """Dropped chunks still took draft time: put their real spans in the timeline (a job
@@ -169,14 +144,13 @@ class Telemetry:
         return rec
 
     def observe(self, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
-                chunk: Drafted | None, timed: bool = True) -> None:
+                chunk: Drafted | None) -> None:
         """Feed the budget one round: pass rate, draft time per token (without catching up
         with the context, a k-sequence step counted as its cost in single steps), verify time
-        per length (a prefill round is no sample of verify time; `timed` False: nor a solo
-        round's, on other threads)."""
+        per length (a prefill round is no sample of verify time)."""
         self.stats.gammas_used[budget.gamma] += 1
         trials, passed = self._model_part(rec, trials, passed)
-        scored = self.last_scored if timed and self.last_scored == rec.drafted + 1 else 0
+        scored = self.last_scored if self.last_scored == rec.drafted + 1 else 0
         proposal, timing = chunk if chunk else (None, None)
         n = 0
         if proposal is not None and len(proposal.main):

@@ -53,7 +53,7 @@ def _lookup(runs: list[dict]) -> dict:
     parts = [r["lookup"] for r in runs if isinstance(r.get("lookup"), dict)]
     if not parts:
         return {}
-    total = {k: sum(p.get(k, 0) for p in parts) for k in ("rounds", "won", "solo", "memory",
+    total = {k: sum(p.get(k, 0) for p in parts) for k in ("rounds", "won", "memory",
                                                           "proposed", "accepted")}
     emitted = sum(r["lookup"].get("share", 0.0) * r["new_tokens"] for r in runs
                   if isinstance(r.get("lookup"), dict))
@@ -178,8 +178,7 @@ def _lookup_cell(st: dict) -> str:
     lk = st.get("lookup")
     if not lk:
         return "—"
-    how = [f"{lk[k]} {k}" for k in ("solo", "memory") if lk.get(k)]
-    how = f" ({', '.join(how)})" if how else ""
+    how = f" ({lk['memory']} memory)" if lk.get("memory") else ""
     return (f"{100 * lk['share']:.0f}%, {lk['acceptance']:.2f}, "
             f"{lk['won']}{how} of {lk['rounds']}")
 

@@ -152,9 +152,7 @@ class EmulatedTarget:
     """The `Target` seam (core/backends.py) with an oracle's verdicts and a clock's time; a
     GPU-like device to the placement, so duo overlaps as on the workstation."""
     device = "cuda"  # what the placement reads: the target beside the draft's cores
-    graph_threads: tuple[int, ...] = ()
-    pack_choice = "off"
-    packed = False
+    graph_threads = 0  # no CPU graphs to keep a thread count for
 
     def __init__(self, real, oracle: Oracle, clock, emulation: Emulation):
         self.name = f"emulated:{real.name}"
@@ -204,9 +202,6 @@ class EmulatedTarget:
     def exact(self):
         return nullcontext()
 
-    def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
-        return list(verify_s)
-
     def set_threads(self, n: int) -> int:
         return 1  # a GPU target's one launcher thread
 
@@ -252,9 +247,9 @@ def emulate(pair, name: str, prompts: list[list[int]], n_tokens: int, clock: str
                                              profile.dtype)))
     emulation = Emulation(profile, clock, 1.0, 0, 0.0, shape)
     pair.target = EmulatedTarget(real, Oracle(paths, real.eos_ids), ticker, emulation)
-    pair._placement, pair.profile = None, None  # asked again of the GPU-like target
     real.close()
-    emulation.draft_threads = pair.placement().draft_threads  # beside a GPU: cores - 1
+    pair.threads, pair.profile = pair._plan(False), None  # a GPU target's: the draft cores - 1
+    emulation.draft_threads = pair.threads.draft
     here = draft_token_s(pair.drafter, emulation.draft_threads)
     emulation.draft_token_ms_here = here * 1e3
     if clock == "profile":

@@ -12,7 +12,6 @@ def figure1(pair, lengths: list[int], path: Path, title: str = "") -> dict:
     import matplotlib.pyplot as plt
 
     from models.fit.profiler import draft_time, verify_time
-    pair.apply_threads("duo")
     data = {"length": [], "draft_8_s": [], "verify_8_s": []}
     for n in lengths:
         ctx = [(i * 37) % 1000 + 100 for i in range(n)]

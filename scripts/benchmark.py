@@ -3,8 +3,7 @@ DIR/figure1.png and prints markdown tables (per method and category; ratios betw
 
 Methods: vanilla, sps, duo, lookup (model-free drafts alone), plus duo variants: duo-single (one
 sequence), duo-k2 / duo-k3 (always k sequences), duo-nopredraft (no pre-drafting of rejection
-outcomes), duo-nolookup (no lookup drafts), duo-overlap / duo-turns (duo's schedule held, not
-priced: core/turns.py), the rejection sampler (sps-rejection,
+outcomes), duo-nolookup (no lookup drafts), the rejection sampler (sps-rejection,
 duo-rejection; the others use --sampler), and peers on the same target: hf-assisted
 (transformers assisted generate with the draft's PyTorch weights), hf-pld (prompt lookup),
 hf-static (static cache, compiled where it runs), llamacpp (the target's GGUF alone),
@@ -40,8 +39,7 @@ from measure.figure1 import figure1  # noqa: E402
 VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
             "sps-rejection": {"method": "sps", "sampler": "rejection"},
-            "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"},
-            "duo-overlap": {"schedule": "overlap"}, "duo-turns": {"schedule": "turns"}}
+            "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"}}
 LOOKUP_METHODS = ("duo", "lookup")  # --lookup applies to these; the others never look up
 
 
@@ -127,13 +125,12 @@ def method_config(args, name: str):
     if name.endswith("-json"):
         return replace(method_config(args, name[:-5]), response_format=response_format(args))
     if name in PEERS:
-        return peer_config(name, gen_config(args, "vanilla", lookup="auto", schedule="auto"))
+        return peer_config(name, gen_config(args, "vanilla", lookup="auto"))
     base = name if name in METHODS else VARIANTS.get(name, {}).get("method", "duo")
     if name not in METHODS and name not in VARIANTS:
         known = ", ".join(list(METHODS) + list(VARIANTS) + list(PEERS))
         raise ValueError(f"unknown method '{name}'; known: {known}")
-    cfg = gen_config(args, base, lookup=None if base in LOOKUP_METHODS else "auto",
-                     schedule=None if base == "duo" else "auto")
+    cfg = gen_config(args, base, lookup=None if base in LOOKUP_METHODS else "auto")
     for k, v in VARIANTS.get(name, {}).items():
         setattr(cfg, k, v)
     return cfg
@@ -219,19 +216,17 @@ def machine(pair, methods) -> dict:
             "torch": torch.__version__, "target_device": pair.target.device_name(),
             "target_dtype": pair.target.dtype, "target_path": pair.target.path,
             "target_compile": pair.target.compile_choice,
-            "target_pack": pair.target.pack_choice,
             "threads": {m: method_threads(pair, m) for m in methods},
             "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def method_threads(pair, name: str) -> dict:
-    """The threads a method runs on: the placement's for the engine's methods (and their
+    """The threads a method runs on: the pair's plan for the engine's methods (and their
     variants), every core for the peers (each runs alone: models/loader.py is not asked)."""
     base = name[:-5] if name.endswith("-json") else name
     if base in PEERS:
         return {"target": pair.opts.cores}
-    base = base if base in METHODS else VARIANTS.get(base, {}).get("method", "duo")
-    return pair.threads(base).to_dict()
+    return pair.threads.to_dict()
 
 
 def _cpu() -> str:

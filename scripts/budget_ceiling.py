@@ -75,7 +75,6 @@ def verify_curve(pair, fallback: Profile) -> tuple[Profile, str]:
 
     from models.fit.profiler import verify_time
     try:
-        pair.apply_threads("sps")
         ctx = [(i * 37) % 1000 + 100 for i in range(CURVE_CTX)]
         times = [verify_time(pair.target, ctx, n) for n in VERIFY_SIZES]
     except Exception as e:  # noqa: BLE001 - a static target's buckets may stop at 32

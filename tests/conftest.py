@@ -17,27 +17,32 @@ sys.path.insert(0, str(ROOT))
 # every start of the CLI and the app would take minutes on a CPU).
 os.environ.setdefault("DUO_TARGET_COMPILE", "off")
 os.environ.setdefault("DUO_TARGET_QUANT", "none")
-# duo's real-pair tests overlap; the priced choice and the turns: tests/test_turns.py
-os.environ.setdefault("DUO_SCHEDULE", "overlap")
-os.environ.setdefault("DUO_TARGET_PACK", "off")  # packed weights: tests/test_target_packed.py
-# two workers share the cores: OpenMP threads sleep at once (spinning beside the other
-# worker doubles a forward's time: models/fit/pace.py)
+# two workers share the cores: OpenMP threads sleep at once at a barrier (spinning beside the
+# other worker doubled a forward's time)
 os.environ.setdefault("GOMP_SPINCOUNT", "0")
-import models  # noqa: E402,F401 - its OpenMP wait policy, before any test module loads torch
 from tests.profiles import use_fixed_profiles  # noqa: E402
 
 use_fixed_profiles()  # the suite's pairs get fixed budget profiles (tests/profiles.py: why)
 
 
 def reference_pair(name: str):
-    """The eager, unquantized, unpacked reference path, float32 on the CPU even where cuda is
-    present: the exactness tests compare greedy output token for token (tests/test_gpu.py:
-    cuda)."""
+    """The eager, unquantized reference path, float32 on the CPU even where cuda is present:
+    the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda).
+    Its duo overlaps (overlapped), as with the target on a GPU."""
     from models.loader import LoadOptions, Pair
 
-    return no_drift_checks(Pair(name, LoadOptions(device="cpu", dtype="float32",
-                                                  target_compile="off", target_quant="none",
-                                                  target_pack="off")))
+    return overlapped(no_drift_checks(Pair(name, LoadOptions(
+        device="cpu", dtype="float32", target_compile="off", target_quant="none"))))
+
+
+def overlapped(pair):
+    """duo's draft beside the target, as the plan has it on a GPU: the suite's real pairs run
+    the overlapped loop, the product's own, against the oracle (the CPU's plan, duo in sps's
+    loop: tests/test_defaults.py)."""
+    from dataclasses import replace
+
+    pair.threads = replace(pair.threads, overlapped=True)
+    return pair
 
 
 def no_drift_checks(pair):
@@ -181,8 +186,7 @@ def pair_with(smol_pair):
             options.setdefault("dtype", "float32")
             options.setdefault("target_compile", "off")
             options.setdefault("target_quant", "none")
-            options.setdefault("target_pack", "off")
-            pairs.append(no_drift_checks(Pair("smol-self", LoadOptions(**options))))
+            pairs.append(overlapped(no_drift_checks(Pair("smol-self", LoadOptions(**options)))))
             return pairs[-1]
         yield load
     for pair in pairs:

@@ -77,13 +77,6 @@ class FakeTarget(Threads):
         del self.cache[n_keep:]
 
 
-class ThreadedTarget(FakeTarget):
-    """Records its thread count (torch's, for a real target) at each forward."""
-    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
-        self.scored_at = getattr(self, "scored_at", []) + [self.threads]
-        return super().score(tokens, n_rows, sampling, check, adjust)
-
-
 class FakeDrafter(Threads):
     """Samples from Q with the shared transform; `script` forces proposals (greedy edge cases)."""
     name = "fake-draft"
@@ -180,13 +173,6 @@ def fake_profile(draft_s=0.01, verify_base=0.04, verify_per_token=0.002) -> Prof
                    draft_step_s={k: draft_s for k in range(1, 5)})  # batching is free
 
 
-def solo_profile(div: float = 2.0) -> Profile:
-    """fake_profile() where a verify alone (the worker idle) on 2 threads takes 1/div as long."""
-    profile = fake_profile()
-    profile.solo_verify_s, profile.solo_threads = [v / div for v in profile.verify_s], 2
-    return profile
-
-
 def decode(ids):
     return " ".join(map(str, ids))
 
@@ -281,6 +267,3 @@ class ScriptedBudget(DraftBudget):
         draft_s = draft_n * self.profile.draft_token_s * self.ratios[0]
         verify_s = self.profile.verify(verify_n) * self.ratios[1] if verify_n else 0.0
         return super().observe(drafted, accepted, draft_s, draft_n, verify_s, verify_n)
-
-    def observe_solo(self, verify_s, verify_n):
-        super().observe_solo(self.profile.solo_verify(verify_n) * self.ratios[1], verify_n)

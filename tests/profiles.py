@@ -28,15 +28,13 @@ PREFILL = {"own": 2.0, "copy": 1.0}
 # plain kernel has tests of its own (test_draft_attention.py)
 ATTENTION = {"flash": 0.02, "plain": 0.02}
 # the draft's s/token per thread count (models/fit/profiler.py pick_draft_threads): one thread
-# the fastest, so the suite's drafts keep one thread alone too (two xdist workers share the
-# cores); the draft alone on more has tests of its own (test_draft_alone.py)
+# the fastest, so the suite's drafts keep one thread (two xdist workers share the cores)
 THREADS_S = 0.02
 SHARED = ("converted", "quantized", "drafts", "vocab", "inductor")  # with the user's cache
 
 
 def fixed_profile(pair_name: str, target_threads: int = 1) -> dict:
-    """The pair's fixed profile; its target's forwards 0.6x as long on 2 threads or more (a
-    lookup round on every core, the worker idle, is priced from those: core/fusion.py)."""
+    """The pair's fixed profile; its target's forwards 0.6x as long on 2 threads or more."""
     from core.budget import MAX_VERIFY, Profile
     from models.fit.profiler import MAX_SEQS
 

@@ -130,7 +130,8 @@ def test_n_choices_use_seed_plus_i(served):
     assert finished == [0, 1] and chunks[-1]["usage"]["completion_tokens"] == 8
 
 
-REFUSED = [("repeat_penalty", 1.2), ("min_p", 0.05), ("grammar", "root ::= \"a\"")]
+REFUSED = [("repeat_penalty", 1.2), ("min_p", 0.05), ("grammar", "root ::= \"a\""),
+           ("schedule", "turns"), ("schedule", "auto")]  # schedule: no longer taken
 DEFAULTS = [("response_format", {"type": "text"}), ("logprobs", False), ("logit_bias", {}),
             ("frequency_penalty", 0), ("presence_penalty", 0.0), ("tool_choice", "auto"),
             ("top_logprobs", 0)]

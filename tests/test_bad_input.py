@@ -50,7 +50,7 @@ GEN_BAD = [  # (arguments, what the error line says)
     (["--prompt", "x", "--pair", "nope"], "unknown pair 'nope'"),
     (["--prompt", "x", "--method", "magic"], "--method: invalid choice: 'magic'"),
     (["--prompt", "x", "--target-quant", "int3"], "--target-quant must be one of"),
-    (["--prompt", "x", "--target-pack", "maybe"], "--target-pack must be one of"),
+    (["--prompt", "x", "--target-pack", "on"], "unrecognized arguments: --target-pack"),
     (["--prompt", "x", "--bogus"], "unrecognized arguments: --bogus"),
     ([], "one of the arguments --prompt --prompt-file is required"),
 ]

@@ -256,8 +256,8 @@ def test_the_stats_show_the_lookups_share_acceptance_and_rounds_won():
     assert "| lookup drafts | 67.5% of the tokens · acceptance 90.0% · won 4 of 6 rounds" in panel
     assert lookup_line({"method": "duo", "lookup": {"rounds": 0}}).startswith("— (no lookup")
     assert lookup_line({"method": "vanilla"}) == "—"
-    solo = dict(LOOKUP_STATS["lookup"], solo=3)
-    assert "won 4 (3 on every core) of 6 rounds" in lookup_line({"lookup": solo})
+    memory = dict(LOOKUP_STATS["lookup"], memory=3)
+    assert "won 4 (3 from earlier requests) of 6 rounds" in lookup_line({"lookup": memory})
 
 
 def test_the_timeline_marks_lookup_rounds():

@@ -120,13 +120,12 @@ def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, seq
 
 @pytest.mark.parametrize("delay", [0.0, 0.05])
 def test_a_hung_prefill_beside_the_target_times_out(delay):
-    """duo's draft prefill beside the target (a CPU-only machine's) hangs: the target goes
-    on alone, warned, and the generation ends without waiting for the draft, whether it
-    ends before the timeout (0.0: instant forwards) or the timeout comes while the target
-    writes (0.05 s a forward: 20 forwards, 1 s)."""
+    """duo's first job (the draft's prefill and first chunk, beside the target's prefill)
+    hangs: the target goes on alone, warned, whether its forwards are instant (0.0) or the
+    timeout comes while it writes (0.05 s a forward)."""
     drafter = FaultyDrafter(hang_at=1)
     got, last = run("duo", drafter, target=FakeTarget(chain(), delay=(delay, 0.0)), gamma=3,
-                    prefill_threads=2, draft_timeout_s=0.3)
+                    draft_timeout_s=0.3)
     assert got == VANILLA and not drafter.hang_over
     assert any("no answer within 0.3" in w for w in last.stats["warnings"])
     drafter.release.set()

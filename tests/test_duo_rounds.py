@@ -247,81 +247,22 @@ def test_stop_request_ends_with_stats(method):
     assert len(events) == 3 and not last.tokens  # two rounds, then the closing event
 
 
-class HeldPrefill(FakeDrafter):
-    """Its prompt prefill (the first proposal) is held until the target has run `release`
-    forwards, or until its job is stopped (`release` None); `stopped` says which."""
-
-    def __init__(self, Q, target: FakeTarget, release: int | None):
-        super().__init__(Q)
-        self.target, self.release, self.stopped = target, release, False
-
-    def propose(self, context, n, sampling, draws, stop=None, **kw):
-        if not self.calls:
-            for _ in range(1000):  # 10 s at most: a stuck test fails, it does not hang
-                if stop.is_set() or (self.release and self.target.forwards >= self.release):
-                    break
-                stop.wait(0.01)
-            self.stopped = stop.is_set()
-        return super().propose(context, n, sampling, draws, stop, **kw)
-
-
-@pytest.mark.parametrize("together", [True, False])
-def test_the_target_goes_on_while_the_draft_prefills_then_it_catches_up(monkeypatch, together):
-    """On a CPU-only machine duo prefills the target with all cores, then the draft at its
-    own count, or (a prompt of at most TOGETHER new tokens) the draft's prefill starts first
-    and the target's runs beside it at its own count; the target then goes on, a round at a
-    time; a draft more than CAUGHT_UP tokens behind catches up, and only then does duo
-    draft; the output stays the oracle's. (Past its release forward the target waits for
-    the prefill's job and the catch-up's: no clock decides.)"""
-    from core.rounds import CAUGHT_UP, TOGETHER
-    from core.scheduler import DraftWorker
-
-    prompt = PROMPT if together else [t % V for t in range(TOGETHER + 1)]
-    release, jobs = CAUGHT_UP + 4, []
-    submit = DraftWorker.submit
-
-    def submitted(worker, *a, **k):
-        jobs.append(submit(worker, *a, **k))
-        return jobs[-1]
-    monkeypatch.setattr(DraftWorker, "submit", submitted)
-    target = FakeTarget(chain())
-    forward = target.logits
-
-    def logits(tokens, n_rows):  # past the release, the prefill and its catch-up end first
-        if target.forwards > release and len(jobs) <= 2:
-            jobs[-1].result()
-        return forward(tokens, n_rows)
-    target.logits = logits
-    drafter = HeldPrefill(chain(), target, release)
-    target.set_threads(1), drafter.set_threads(1)
-    tokens, stats, _ = run("duo", drafter, target, prompt, prefill_threads=2,
-                           max_new_tokens=40, lookup="off", gamma=3)  # instant forwards
-    assert tokens == vanilla(prompt, max_new_tokens=40)
-    assert target.thread_log[1:] == ([] if together else [2, 1])
-    assert drafter.thread_log[1:] == []
-    first, again = drafter.calls[:2]
-    assert first == (len(prompt) + (not together), 0)  # together: before the target's token
-    assert again[1] == 0 and again[0] > first[0] + CAUGHT_UP  # the catch-up: no drafting yet
-    assert drafter.calls[2][1] > 0 and not drafter.stopped
-    plain = stats["rounds_log"][1:CAUGHT_UP + 2]  # the target's own tokens meanwhile
-    assert all(r["source"] == "plain" and r["verify_span"][1] > 0 for r in plain)
-
-
-@pytest.mark.parametrize("max_new_tokens", [1, 5])
-def test_a_short_answer_stops_the_draft_prefill_it_no_longer_needs(max_new_tokens):
-    """Also when the target's first token, its prefill beside the draft's, ends it."""
-    target = FakeTarget(chain())
-    drafter = HeldPrefill(chain(), target, release=None)
-    tokens, stats, _ = run("duo", drafter, target, prefill_threads=2,
-                           max_new_tokens=max_new_tokens)
-    assert tokens == vanilla(max_new_tokens=max_new_tokens)
-    assert stats["stop_reason"] == "max_new_tokens"
-    assert drafter.stopped and len(drafter.calls) == 1
-
-
-def test_sps_prefills_the_draft_with_every_core():
+def test_sps_s_first_token_is_the_target_s_own_before_the_draft_runs():
+    """sps's first round is the target's prefill alone (its first token as soon as
+    vanilla's); the draft prefills at its first chunk, after that token, at its own count."""
     drafter = FakeDrafter(chain())
     drafter.set_threads(1)
-    tokens, _, _ = run("sps", drafter, prefill_threads=2)
-    assert tokens == vanilla() and drafter.thread_log[1:] == [2, 1]
-    assert drafter.calls[0] == (len(PROMPT), 0)
+    tokens, stats, _ = run("sps", drafter, gamma=3)
+    assert tokens == vanilla() and drafter.thread_log[1:] == []
+    assert drafter.calls[0] == (len(PROMPT) + 1, 3)
+    assert stats["rounds_log"][0]["source"] == "plain"
+
+
+def test_duo_s_draft_prefills_beside_the_target_s_first_forward():
+    """duo's first round verifies no draft while the worker prefills and drafts its first
+    chunk from the prompt (the target's prefill and the draft's side by side)."""
+    drafter = FakeDrafter(chain())
+    tokens, stats, _ = run("duo", drafter, gamma=3, lookup="off")
+    assert tokens == vanilla()
+    assert drafter.calls[0][0] == len(PROMPT) and drafter.calls[0][1] > 0
+    assert stats["rounds_log"][0]["drafted"] == 0

@@ -175,10 +175,10 @@ def test_greedy_under_emulation_is_the_real_targets(emulated_smol, smol_pair, me
 
 def test_the_placement_sees_a_gpu_target(emulated_smol):
     pair, ids, emulation = emulated_smol
-    threads = pair.threads("duo")
-    assert (threads.target, threads.draft) == (1, emulation.draft_threads)
-    assert 1 <= emulation.draft_threads <= max(1, pair.opts.cores - 1)
+    assert (pair.threads.target, pair.threads.draft) == (1, emulation.draft_threads)
+    assert pair.threads.overlapped and 1 <= emulation.draft_threads <= max(1, pair.cores - 1)
     events = list(pair.generate(ids[0], GenConfig(method="duo", max_new_tokens=8)))
+    assert events[-1].stats["schedule"].startswith("overlap")
     assert events[-1].stats["target_device"] == "cuda"
     assert emulation.to_dict()["title"] == "emulated rtx4090-llama8b-bf16 (projected)"
 

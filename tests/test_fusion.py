@@ -2,8 +2,6 @@
 rates: which draft a round verifies, never how long it takes."""
 from __future__ import annotations
 
-import pytest
-
 from core.backends import Draft
 from core.bands import LookupBands
 from core.budget import DraftBudget, Profile
@@ -140,59 +138,3 @@ def test_the_worker_is_given_a_guess_only_where_batching_spares_decodes():
     assert pol.guess(run, dear, [], 16) == []
     unsure = policy(0.3)
     assert unsure[0].guess(unsure[1], free, [], 16) == []
-
-
-# -- solo rounds: the lookup verified alone, the worker idle -----------------------------------
-def solo_budget(alpha: float = 0.97, scale: float = 0.6) -> DraftBudget:
-    """budget() where a verify alone (no draft beside it) takes `scale` of the profile's."""
-    b = budget(alpha)
-    b.profile.solo_verify_s = [scale * v for v in VERIFY]
-    return b
-
-
-def test_a_confident_copy_goes_solo_where_a_verify_alone_is_cheaper():
-    pol, run = policy(0.99)
-    assert not pol.pick(run, budget(), Draft(list(MODEL_CHUNK)), beside=True).solo
-    pick = pol.pick(run, solo_budget(), Draft(list(MODEL_CHUNK)), beside=True)
-    assert pick.solo and pick.source in ("fused", "lookup")
-    assert pick.draft.tokens == PASSAGE[20:20 + len(pick.draft)]
-
-
-def test_an_unsure_copy_keeps_the_chunk_drafted_beside():
-    """At pass rate 0.6 a solo round would seldom leave a draft for the next one: with a verify
-    alone at 0.8x the model's chunk stays, and the probe is verified beside the worker as
-    before. (At 0.6x, the chunk and one lookup token verified alone pay even so.)"""
-    pol, run = policy(0.6)
-    model = Draft(list(MODEL_CHUNK))
-    picks = [pol.pick(run, solo_budget(scale=0.8), model, beside=True)
-             for _ in range(PROBE_EVERY)]
-    assert all(p.draft is model for p in picks[:-1]) and not any(p.solo for p in picks)
-
-
-def test_a_solo_verify_no_cheaper_never_goes_solo():
-    """Alone as dear as beside the draft, a solo round saves no time and leaves the next one
-    without a chunk (the draft catching up with what it never saw): no round goes solo."""
-    for rate in (0.6, 0.9, 0.96, 0.99):
-        pol, run = policy(rate)
-        assert not pol.pick(run, solo_budget(scale=1.0), Draft(list(MODEL_CHUNK)), True).solo
-
-
-def test_with_the_worker_idle_anyway_a_lookup_goes_solo():
-    """In a plain round (no chunk can be drafted beside), auto and on verify alone."""
-    for mode in ("auto", "on"):
-        pol, run = policy(0.99, mode)
-        assert pol.pick(run, solo_budget(), Draft(), beside=False).solo
-        assert not pol.pick(run, budget(), Draft(), beside=False).solo
-    pol, run = policy(0.99, "on")  # beside a chunk, on keeps today's fused round
-    assert not pol.pick(run, solo_budget(), Draft(list(MODEL_CHUNK)), beside=True).solo
-
-
-def test_solo_times_teach_their_own_scale():
-    b = solo_budget()
-    for _ in range(20):
-        b.observe_solo(2 * b.profile.solo_verify(16), 16)
-    assert b.solo_verify_s(16) == pytest.approx(2 * b.profile.solo_verify(16), rel=0.01)
-    assert b.length_scales == {} and b.verify_scale == 1.0  # beside times are untouched
-    again = solo_budget()
-    again.restore(b.state())
-    assert again.solo_scale == b.solo_scale

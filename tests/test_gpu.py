@@ -352,7 +352,7 @@ def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
     def load_run_close(seed: int) -> tuple[int, int]:
         # the twins' thread count (a pair loaded since may have set another): a CPU graph is
         # guarded on it (models/target/static.py), another count compiles again
-        torch.set_num_threads(cpu_compiled.fixed_threads)
+        torch.set_num_threads(cpu_compiled.graph_threads)
         return run_close(static("cpu", "float32", CPU_CTX, CPU_BUCKETS), seed)
 
     assert owner.call(run_close, cpu_compiled, 3) == (2, 0)  # the 1-token step, the chunk

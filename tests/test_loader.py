@@ -10,7 +10,7 @@ from core.engine import GenConfig
 from core.learned import Learned
 
 
-def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
+def test_remeasure_measures_the_profile_once(smol_pair, monkeypatch):
     asked = []
 
     def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
@@ -18,87 +18,56 @@ def test_remeasure_profiles_once_per_thread_split(smol_pair, monkeypatch):
         return Profile(draft_token_s=0.005, verify_s=[0.02] * 32)
 
     monkeypatch.setattr(profiler, "load_or_measure", fake_load)
-    monkeypatch.setattr(smol_pair.opts, "remeasure", True)
-    monkeypatch.setattr(smol_pair, "_remeasured", set())
-    for _ in range(3):
-        smol_pair.ensure_profile("duo")
-    duo = asked[0][0]  # and the split that gives the target every core (solo lookup rounds)
-    assert [again for split, again in asked if split == duo] == [True, False, False]
-    assert [again for split, again in asked if split != duo] in ([], [True, False, False])
+    monkeypatch.setattr(smol_pair, "_measure_again", True)  # as --remeasure leaves it
+    for method in ("duo", "sps", "duo"):
+        smol_pair.ensure_profile(method)
+    split = (smol_pair.threads.draft, smol_pair.threads.target)  # one for every method
+    assert asked == [(split, True), (split, False), (split, False)]
     smol_pair.ensure_profile("duo", remeasure=True)  # an explicit request always measures
-    assert [again for split, again in asked if split == duo][-1] is True
+    assert asked[-1] == (split, True)
 
 
-def test_placement_is_one_value_for_every_method():
-    from models.fit.placement import Placement, Threads, draft_share
+def test_the_plan_gives_the_gpu_s_target_one_core_and_the_cpu_s_every_core():
+    from models.fit.placement import Threads, draft_share, plan
 
-    cpu = Placement("cpu", cores=16, draft_threads=4)
-    assert cpu.for_method("duo") == Threads(4, 8, 16, overlapped=True)
-    assert cpu.for_method("sps") == Threads(4, 16, 16)
-    assert cpu.for_method("vanilla") == Threads(0, 16, 0)  # the draft does not run
-    gpu = Placement("cuda:0", cores=16, draft_threads=8)
-    assert gpu.for_method("duo") == Threads(8, 1, 0, overlapped=True)
-    fixed = Placement("cpu", 16, 4, target_counts=(8,))  # compiled for duo's share alone
-    assert fixed.for_method("vanilla") == Threads(0, 8, 0)
-    assert fixed.for_method("duo") == Threads(4, 8, 16, overlapped=True)
-    both = Placement("cpu", 16, 4, target_counts=(8, 16))  # and for every core
-    assert both.for_method("vanilla") == Threads(0, 16, 0)
-    assert both.for_method("sps") == Threads(4, 16, 16)
-    assert both.for_method("duo") == Threads(4, 8, 16, overlapped=True)
-    assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cpu", 1)) == (15, 8, 1)
-    assert cpu.for_method("duo").to_dict() == {"draft": 4, "target": 8, "prefill": 16, "alone": 0}
+    assert plan("cuda:0", 16, 8) == Threads(8, 1, 15, overlapped=True)
+    assert plan("cpu", 16, 4) == Threads(4, 16, 16, overlapped=False)
+    assert plan("cpu", 1, 1) == Threads(1, 1, 1, overlapped=False)
+    assert (draft_share("cuda", 16), draft_share("cpu", 16), draft_share("cuda", 1)) == (15, 16, 1)
+    assert plan("cpu", 16, 4).to_dict() == {"draft": 4, "target": 16, "prefill": 16,
+                                            "overlapped": False}
 
 
-def test_no_split_puts_more_busy_threads_than_cores():
-    """From 2 cores up, on the CPU and on cuda, eager or compiled for duo's share: duo's
-    draft and target together, sps's larger side (they take turns), vanilla's target."""
-    from models.fit.placement import Placement, draft_share, target_share
+def test_no_plan_puts_more_busy_threads_than_cores():
+    """From 1 core up: on cuda the draft and the target's launcher side by side, on the CPU
+    the larger of the two (they take turns)."""
+    from models.fit.placement import draft_share, plan
 
-    for cores in range(2, 33):
+    for cores in range(1, 33):
         for device in ("cpu", "cuda"):
-            share = target_share(device, cores)
             for draft in range(1, draft_share(device, cores) + 1):
-                for counts in ((), (share,), (share, cores)) if device == "cpu" else ((),):
-                    placement = Placement(device, cores, draft, counts)
-                    for method in ("vanilla", "sps", "duo"):
-                        assert placement.for_method(method).busy <= cores, (cores, device, method)
-                    duo = placement.for_method("duo")
-                    assert duo.draft + duo.target <= cores
+                t = plan(device, cores, draft)
+                busy = t.draft + t.target if t.overlapped and cores > 1 else max(t.draft,
+                                                                                 t.target)
+                assert busy <= cores, (cores, device, draft)
 
 
-def test_pair_computes_its_placement_once(smol_pair):
-    first = smol_pair.placement()
-    assert smol_pair.placement() is first
-    assert smol_pair.apply_threads("duo") == first.for_method("duo")
-    assert smol_pair.drafter.n_threads == first.draft_threads
+def test_a_generation_applies_the_plan_once_and_reports_it(smol_pair, monkeypatch):
+    """The plan fixed at load: the profile's key, the threads set and the stats are it."""
+    import models.loader as loader
 
-
-def test_a_generation_asks_the_placement_once_and_passes_the_answer_down(smol_pair,
-                                                                         monkeypatch):
-    """One question per generation: the threads set, the profile's key, the prefill count
-    the engine gets and the stats are the one answer."""
-    from models.fit.placement import Placement, Threads
-
-    asked, keys = [], []
-    real = Placement.for_method
-    monkeypatch.setattr(Placement, "for_method",
-                        lambda self, method: asked.append(method) or real(self, method))
+    keys, applied = [], []
     monkeypatch.setattr(profiler, "load_or_measure", lambda name, d, t, threads, *a, **k:
                         keys.append(threads) or Profile(0.005, [0.02] * 32))
     monkeypatch.setattr(smol_pair, "learned", Learned())  # the fake profile's times stay here
-    prefills = []
-    import core.engine as engine
-    real_run = engine.Run.__init__
-    monkeypatch.setattr(engine.Run, "__init__", lambda self, target, prompt, cfg, *a, **k:
-                        prefills.append(cfg.prefill_threads) or
-                        real_run(self, target, prompt, cfg, *a, **k))
+    real = loader.apply
+    monkeypatch.setattr(loader, "apply", lambda t, d, tg: applied.append(t) or real(t, d, tg))
     ids = smol_pair.prompt_ids("Hi")
     events = list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=3)))
-    want = real(smol_pair.placement(), "duo")
-    assert asked == ["duo"] and keys[0] == (want.draft, want.target)
-    assert keys[1:] in ([], [(want.draft, want.prefill)])  # the solo rounds' split, if any
-    assert prefills == [want.prefill] and events[-1].stats["threads"] == want.to_dict()
-    assert isinstance(want, Threads)
+    want = smol_pair.threads
+    assert keys == [(want.draft, want.target)] and set(applied) == {want}
+    assert events[-1].stats["threads"] == want.to_dict()
+    assert smol_pair.drafter.n_threads == want.draft
 
 
 def test_close_frees_the_draft_and_the_target(monkeypatch):
@@ -219,11 +188,8 @@ def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pai
 def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monkeypatch):
     asked, spots = [], iter([Profile(0.0052, [0.021]), Profile(0.010, [0.04])])
 
-    duo = smol_pair.threads("duo")
-
     def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
-        if threads == (duo.draft, duo.target):  # not the solo rounds' split
-            asked.append(remeasure)
+        asked.append(remeasure)
         return Profile(0.010, [0.04] * 32) if remeasure else Profile(0.005, [0.02] * 32)
 
     monkeypatch.setattr(profiler, "load_or_measure", fake_load)
@@ -268,14 +234,14 @@ def test_a_spot_check_times_the_draft_and_a_one_token_forward(smol_pair):
     assert spot.draft_step_s == {1: spot.draft_token_s}
 
 
-def test_the_page_s_button_times_threads_and_profiles_again(smol_pair, monkeypatch):
+def test_the_page_s_button_times_threads_and_the_profile_again(smol_pair, monkeypatch):
     asked = []
     monkeypatch.setattr(profiler, "load_or_measure", lambda *a, **k: asked.append(a[4]) or
                         Profile(0.005, [0.02] * 32))
     monkeypatch.setattr(profiler, "pick_draft_threads",
                         lambda *a: asked.append(("threads", a[-1])) or {1: 0.005})
-    monkeypatch.setattr(smol_pair, "_placement", None)
-    monkeypatch.setattr(smol_pair, "_thread_times", {})
+    monkeypatch.setattr(smol_pair, "threads", smol_pair.threads)  # set back after
+    monkeypatch.setattr(smol_pair, "thread_times", smol_pair.thread_times)
     smol_pair.remeasure()
-    smol_pair.placement()  # kept: nothing is timed again
-    assert asked == [("threads", True), True, True, False]  # sps, duo, duo's solo: sps's
+    smol_pair.ensure_profile("duo")  # kept: nothing is timed again
+    assert asked == [("threads", True), True, False]

@@ -20,8 +20,8 @@ from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
 from core.verify import sampled_scores, verify_sampled
 from tests.conftest import vanilla_ids
-from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, ThreadedTarget,
-                         decode, fake_profile, markov, solo_profile)
+from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, decode, fake_profile,
+                         markov)
 from tests.test_sampling_lossless import assert_matches
 
 V = 24
@@ -31,12 +31,13 @@ COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2, 3, 4, 5, 6]  # a copy t
 
 
 def run(method, lookup="auto", n=60, prompt=COPY, target=None, drafter=None, learned=None,
-        grammar=None, profile=None, **options):
+        grammar=None, profile=None, shared_cores=False, **options):
+    """`shared_cores`: duo in sps's loop with the lookup (a CPU target's)."""
     target = target or FakeTarget(P)
     drafter = None if method in ("vanilla", "lookup") else drafter or FakeDrafter(Q)
     cfg = GenConfig(method=method, max_new_tokens=n, lookup=lookup, **options)
     events = list(generate(target, drafter, prompt, cfg, decode, profile or fake_profile(),
-                           learned=learned, grammar=grammar))
+                           learned=learned, grammar=grammar, shared_cores=shared_cores))
     ids = [t for e in events for t in e.tokens]
     return ids, [s for e in events for s in e.sources], events[-1].stats
 
@@ -114,29 +115,17 @@ def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
         assert len(guess) < max(n, 1)  # the last drafted token is never decoded
 
 
-def solo_run(lookup: str, div: float, **options):
-    """duo on a target whose verifies alone (the worker idle) on 2 threads take 1/div as long,
-    the budget seeing the profile's times (ScriptedLearned): its ids, stats, the thread count
-    of each verify and whether the worker drafted beside it."""
-    target, drafter = ThreadedTarget(P), FakeDrafter(P)
-    target.set_threads(1)
-    ids, _, stats = run("duo", lookup, target=target, drafter=drafter,
-                        profile=solo_profile(div), learned=ScriptedLearned(), **options)
-    beside = [r["draft_span"][1] > r["draft_span"][0] for r in stats["rounds_log"]]
-    assert target.threads == 1 and len(target.scored_at) == len(beside)
-    return ids, stats, target.scored_at, beside, drafter
-
-
-def test_solo_rounds_verify_on_every_core_with_the_worker_idle():
-    """A verify alone priced cheaper: lookup rounds run on the profile's solo count, the draft
-    drafts nothing during them, and the text stays vanilla's; a verify beside the drafting
-    worker never takes every core."""
-    for div in (1.6, 2.5):
-        ids, stats, threads, beside, drafter = solo_run("auto", div)
-        assert ids == run("vanilla")[0]
-        assert stats["lookup"]["solo"] > 0 and threads.count(2) >= stats["lookup"]["solo"]
-        assert all(n == 1 for n, b in zip(threads, beside) if b) and 1 in threads
-        assert len(drafter.calls) == sum(beside)
+@pytest.mark.parametrize("lookup", ["auto", "on"])
+@pytest.mark.parametrize("drafter", ["unlike", "like"])
+def test_duo_in_sps_s_loop_with_the_lookup_is_vanilla(lookup, drafter):
+    """Where the target shares the draft's cores: the draft's chunk, the lookup's or the two
+    fused, then the verify; the text is vanilla's and the lookup's tokens pass."""
+    draft = FakeDrafter(Q if drafter == "unlike" else P)
+    ids, sources, stats = run("duo", lookup, drafter=draft, shared_cores=True)
+    assert ids == run("vanilla")[0] and stats["lookup"]["accepted"] > 0
+    assert sources.count("lookup") > 0 and draft.calls
+    spans = [r for r in stats["rounds_log"] if r["drafted"]]
+    assert all(r["draft_span"][1] <= r["verify_span"][0] + 1e-9 for r in spans)  # in turns
 
 
 def test_lookup_rounds_teach_the_bands_not_the_model_alpha():
@@ -198,8 +187,10 @@ def test_coupled_seeds_keep_vanillas_text():
         for method, lookup in (("duo", "on"), ("lookup", "on"), ("duo", "auto")):
             ids = run(method, lookup, sampling=sampling, seed=seed, drafter=FakeDrafter(P))[0]
             assert ids == ref
-        solo = solo_run("auto", 2.5, sampling=sampling, seed=seed)
-        assert solo[0] == ref and solo[1]["lookup"]["solo"] > 0
+        for lookup in ("auto", "on"):
+            shared = run("duo", lookup, sampling=sampling, seed=seed, drafter=FakeDrafter(P),
+                         shared_cores=True)
+            assert shared[0] == ref
 
 
 V4, N4 = 4, 3
@@ -219,25 +210,22 @@ def exact_joint4(sampling):
     return joint
 
 
-@pytest.mark.parametrize("method", ["lookup", "duo", "duo-solo"])
+@pytest.mark.parametrize("method", ["lookup", "duo", "duo-shared"])
 def test_rejection_sampler_with_one_hot_lookups_keeps_the_distribution(method):
-    """duo-solo: the lookup priced (auto) against a verify alone at half the time, so most
-    runs verify some lookup alone (solo)."""
-    sampling, n, counts, proposed, solo = SamplingConfig(1.0), 2000, {}, 0, 0
+    """duo-shared: duo in sps's loop (the target on the draft's cores)."""
+    sampling, n, counts, proposed = SamplingConfig(1.0), 2000, {}, 0
     target, drafter = FakeTarget(P4), FakeDrafter(markov(V4, seed=2, sharp=0.7))
-    profile = solo_profile() if method == "duo-solo" else fake_profile()
-    lookup, method = ("auto", "duo") if method == "duo-solo" else ("on", method)
+    profile, shared = fake_profile(), method == "duo-shared"
+    lookup, method = "on", "duo" if shared else method
     for seed in range(n):
         cfg = GenConfig(method=method, max_new_tokens=N4, sampling=sampling, seed=seed,
                         sampler="rejection", lookup=lookup, gamma=2, multi_seq=False)
         events = list(generate(target, None if method == "lookup" else drafter, COPY4, cfg,
-                               decode, profile))
+                               decode, profile, shared_cores=shared))
         toks = tuple(t for e in events for t in e.tokens)
         counts[toks] = counts.get(toks, 0) + 1
         proposed += events[-1].stats["lookup"]["proposed"]
-        solo += events[-1].stats["lookup"]["solo"]
     assert proposed > n  # the lookup's tokens were on trial
-    assert (solo > n / 2) == (profile.solo_threads > 0)
     assert_matches(counts, exact_joint4(sampling), n)
 
 

@@ -156,11 +156,7 @@ def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, monk
     """Pre-drafts taken where a rejection's outcome was pre-drafted, and vanilla's output.
     Nothing here follows the clock: the budget starts afresh and learns the pass rate but
     not the times (the chunk lengths and the outcomes pre-drafted follow them), no job is
-    stopped early (a pre-draft is there whether or not it was ready when its verify ended),
-    and the prompt's prefills do not overlap the target's rounds (how many tokens the target
-    writes during the draft's prefill, and so the draft's catch-up batches, follow it)."""
-    from dataclasses import replace
-
+    stopped early (a pre-draft is there whether or not it was ready when its verify ended)."""
     from core.budget import DraftBudget
     from core.learned import Learned
     from core.scheduler import DraftJob
@@ -169,9 +165,6 @@ def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, monk
         max_outcomes=6, forced=(6, 4)))
     monkeypatch.setattr(DraftJob, "cancel", lambda job: None)
     monkeypatch.setattr(smol_pair, "learned", Learned(drift_checks=False))
-    apply = smol_pair.apply_threads
-    monkeypatch.setattr(smol_pair, "apply_threads",
-                        lambda method: replace(apply(method), prefill=0))
     observe = DraftBudget.observe
     monkeypatch.setattr(DraftBudget, "observe", lambda budget, drafted, accepted, *times,
                         **kw: observe(budget, drafted, accepted))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.budget import PROBE_EVERY, DraftBudget, Profile
 from core.engine import GenConfig, generate
-from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, ThreadedTarget, decode, markov
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, markov
 
 P = markov(16, seed=3, sharp=0.3)
 
@@ -84,19 +84,3 @@ def test_draft_threads_are_picked_by_measurement(tmp_path, monkeypatch):
     drafter.TIMES = {}  # cached: a second call measures nothing
     assert pick_draft_threads("fake-pair", drafter, 7) == times
     assert pick_draft_threads("fake-pair", drafter, 1) == {1: 0.0}
-
-
-def test_duo_s_plain_rounds_take_every_core_while_the_worker_is_idle():
-    """A target that can take every core (solo times in the profile): duo's fallback rounds
-    verify on them; its probe rounds, with a chunk drafted beside, on its own count."""
-    profile = slow_draft_profile()
-    profile.solo_verify_s, profile.solo_threads = list(profile.verify_s), 2
-    target, drafter = ThreadedTarget(P), FakeDrafter(P)
-    target.set_threads(1)
-    cfg = GenConfig(method="duo", max_new_tokens=40, multi_seq=False, lookup="off")
-    events = list(generate(target, drafter, [1, 2], cfg, decode, profile,
-                           learned=ScriptedLearned()))
-    ids, stats = [t for e in events for t in e.tokens], events[-1].stats
-    assert ids == run("vanilla", profile, None)[0]
-    assert target.scored_at.count(1) == len(drafter.calls) > 0  # the probes, a job beside each
-    assert target.scored_at.count(2) == stats["plain_rounds"] > 0 and target.threads == 1

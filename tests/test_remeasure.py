@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 import models.fit.profiler as profiler
@@ -38,8 +37,7 @@ def machine(monkeypatch, tmp_path):
 
 
 def seed_profile(machine, profile: Profile, load: float) -> None:
-    key = (f"v5|{profiler.machine_key()}|pair|draft.gguf|cpu|float32|none|eager|packed0|"
-           "draft1|target1")
+    key = f"v6|{profiler.machine_key()}|pair|draft.gguf|cpu|float32|none|eager|draft1|target1"
     entry = {key: {"value": profile.to_dict(), "load": load}}
     (machine.cache / "profiles.json").write_text(json.dumps(entry))
 
@@ -78,7 +76,7 @@ def test_draft_threads_timed_under_load_are_timed_again_once_quiet(machine, monk
     timed = []
     monkeypatch.setattr(profiler, "_time_threads",
                         lambda drafter, candidates: timed.append(1) or {"1": 0.004, "2": 0.002})
-    key = f"v3|{profiler.machine_key()}|pair|draft.gguf||cap2"
+    key = f"v4|{profiler.machine_key()}|pair|draft.gguf|cap2"
     busy = {key: {"value": {"1": 0.004, "2": 0.009}, "load": 0.5}}
     (machine.cache / "draft_threads.json").write_text(json.dumps(busy))
     machine.now = 0.45
@@ -139,39 +137,3 @@ def test_plain_decoding_probes_across_short_generations():
             budget.observe(0, 0, verify_s=LOADED.verify(1), verify_n=1)
         learned.keep("duo", budget)
     assert gammas[0] == 0 and 1 <= sum(g > 0 for g in gammas) <= 3
-
-
-def test_solo_rounds_take_every_core_only_where_that_is_faster(monkeypatch):
-    """duo's solo lookup rounds: the times of the split that gives the target every core
-    (sps's, measured at that count, the draft on its count alone), where they beat duo's
-    own; none where they do not, where the target has every core already, or where it was
-    compiled for duo's count alone."""
-    from models.fit.placement import Threads
-    from tests.fakes import FakeDrafter, FakeTarget
-
-    own = Profile(0.005, [0.05 + 0.002 * n for n in range(32)])
-    seen = []
-
-    def load(name, drafter, target, split, remeasure=False, progress=None):
-        seen.append((split, drafter.threads, target.threads))
-        return Profile(0.005, [scale * v for v in own.verify_s])
-    monkeypatch.setattr(profiler, "load_or_measure", load)
-    duo, target = Threads(1, 1, 2, overlapped=True), FakeTarget(np.eye(4))
-    drafter = FakeDrafter(np.eye(4))
-    target.set_threads(1)
-    scale = 0.6
-    times, count = profiler.solo_times("pair", drafter, target, duo, own)
-    assert count == 2 and times == pytest.approx([0.6 * v for v in own.verify_s])
-    scale = 1.2
-    assert profiler.solo_times("pair", drafter, target, duo, own) == ([], 0)
-    assert seen == [((1, 2), 1, 2)] * 2 and target.threads == 1
-    faster_alone = Threads(1, 1, 2, overlapped=True, alone=2)  # sps's draft takes both
-    profiler.solo_times("pair", drafter, target, faster_alone, own)
-    assert seen[-1] == ((2, 2), 2, 2) and (drafter.threads, target.threads) == (1, 1)
-    target.graph_threads = (1,)  # compiled for duo's count alone: another would recompile
-    assert profiler.solo_times("pair", drafter, target, duo, own) == ([], 0)
-    target.graph_threads, scale = (1, 2), 0.6  # and for every core: solo rounds there
-    assert profiler.solo_times("pair", drafter, target, duo, own)[1] == 2
-    alone = Threads(1, 2, 2, overlapped=True)  # the target has every core already
-    assert profiler.solo_times("pair", drafter, FakeTarget(np.eye(4)), alone, own) == ([], 0)
-    assert len(seen) == 4

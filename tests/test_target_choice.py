@@ -1,8 +1,6 @@
-"""`--target-compile`: `auto` is on for cuda (eager, and saying why, without Triton); on the
-CPU it follows a measurement made once per thread count and cached, taken as duo runs the
-target (its share of the cores) and a compiled CPU target is compiled for that share; bad
-values are refused with the list of choices. `--target-dtype auto` on a GPU without
-bfloat16, and the default window."""
+"""`--target-compile`: `auto` is on for cuda (eager, and saying why, without Triton) and off on
+the CPU, with nothing timed; bad values are refused with the list of choices.
+`--target-dtype auto` on a GPU without bfloat16, and the default window."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +9,7 @@ import models.target.choice as choice
 
 
 @pytest.fixture
-def fake_targets(monkeypatch, tmp_path):
+def fake_targets(monkeypatch):
     """Record which target class load_target builds, without loading a model."""
     import models.target.static as static
     import models.target.eager as eager
@@ -20,16 +18,11 @@ def fake_targets(monkeypatch, tmp_path):
 
     class Fake:
         def __init__(self, *args, **kwargs):
-            import torch
-            self.threads = torch.get_num_threads()  # what a compiled target would keep
             built.append((type(self).__name__, kwargs.get("compile")))
 
     monkeypatch.setattr(static, "StaticTarget", type("StaticTarget", (Fake,), {}))
     monkeypatch.setattr(eager, "TorchTarget", type("TorchTarget", (Fake,), {}))
-    monkeypatch.setenv("DUO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(choice, "triton_missing", lambda: None)
-    import models.fit.profiler as profiler
-    monkeypatch.setattr(profiler, "_cpu_sample", lambda: None)  # no real load readings
     return built
 
 
@@ -42,41 +35,11 @@ def test_auto_compiles_on_cuda_and_obeys_on_off(fake_targets):
     assert fake_targets[-1] == ("TorchTarget", None) and t.compile_choice == "off: as asked"
     with pytest.raises(ValueError, match="--target-compile must be one of auto, on, off"):
         choice.load_target("m", "cpu", "float32", 4096, "yes")
-    with pytest.raises(ValueError, match="--target-pack must be one of auto, on, off"):
-        choice.load_target("m", "cpu", "float32", 4096, "off", pack="yes")
 
 
-@pytest.mark.parametrize("eager,compiled,picked", [([0.030, 0.060], [0.020, 0.050], "StaticTarget"),
-                                                  ([0.030, 0.060], [0.040, 0.070], "TorchTarget")])
-def test_auto_on_the_cpu_follows_the_measurement_once(fake_targets, monkeypatch, eager,
-                                                      compiled, picked):
-    calls = []
-
-    def compare(*args):
-        calls.append(args)
-        return {"eager": eager, "compiled": compiled}
-    monkeypatch.setattr(choice, "compare_paths", compare)
-    for _ in range(2):
-        t = choice.load_target("m", "cpu", "float32", 4096, "auto", threads=2)
-        assert fake_targets[-1][0] == picked
-        assert "measured faster as duo runs it on this CPU: 2 thread(s)" in t.compile_choice
-    assert calls == [("m", "float32", 4096, 2, "auto")]  # timed at duo's share, then cached
-    if picked == "StaticTarget":
-        assert t.threads == 2 and "compiled for 2 thread(s), duo's target share" in t.compile_choice
-    choice.load_target("m", "cpu", "float32", 4096, "auto", threads=3)
-    assert calls[-1] == ("m", "float32", 4096, 3, "auto")  # the key names the thread count
-
-
-def test_a_compiled_cpu_target_is_compiled_for_duo_s_share(fake_targets):
-    """`on` too: a compiled CPU target keeps its count, so it is duo's share, never every
-    core (duo's draft beside it would make one thread more than the cores)."""
-    import torch
-
-    before = torch.get_num_threads()
-    t = choice.load_target("m", "cpu", "float32", 4096, "on", threads=1)
-    assert fake_targets[-1] == ("StaticTarget", True) and t.threads == 1
-    assert torch.get_num_threads() == before  # the target sets its count at each forward
-    assert t.compile_choice.startswith("on: as asked, compiled for 1 thread(s)")
+def test_auto_runs_the_eager_target_on_the_cpu_and_says_why(fake_targets):
+    t = choice.load_target("m", "cpu", "float32", 4096, "auto")
+    assert fake_targets[-1] == ("TorchTarget", None) and t.compile_choice == f"auto: {choice.CPU_PATH}"
 
 
 def test_cuda_without_triton_runs_eager_and_says_why(fake_targets, monkeypatch):
@@ -136,30 +99,3 @@ def test_default_window_is_the_trained_capped_at_8192_and_by_memory(monkeypatch,
     assert choice.pick_ctx(tmp_path, "cuda:0", "bfloat16", 100_000) == (100_000, "as asked")
     monkeypatch.setattr(memory, "device_memory", lambda device: (None, None, device))
     assert choice.pick_ctx(tmp_path, "mps", "bfloat16")[0] == 8192
-
-
-def test_a_path_verdict_timed_under_load_is_timed_again_once_quiet(fake_targets, monkeypatch,
-                                                                     tmp_path):
-    """A seeded cache: eager 'won' while the machine was busy (load 0.6)."""
-    import json
-
-    import models.fit.profiler as profiler
-
-    key = f"v6|{profiler.machine_key()}|compile|m|float32|ctx4096|duo|threads1|pack-auto"
-    busy = {"value": {"eager": [0.05, 0.08], "compiled": [0.09, 0.12]}, "load": 0.6}
-    (tmp_path / "target_paths.json").write_text(json.dumps({key: busy}))
-    timed = []
-    monkeypatch.setattr(choice, "compare_paths", lambda *a: timed.append(a) or
-                        {"eager": [0.057, 0.080], "compiled": [0.054, 0.068]})
-    now = [0.5]
-    monkeypatch.setattr(profiler, "machine_load", lambda seconds=0.25: now[0])
-    load = lambda **k: choice.load_target("m", "cpu", "float32", 4096, "auto", threads=1, **k)  # noqa: E731
-    load()
-    assert fake_targets[-1][0] == "TorchTarget" and not timed  # still busy: the verdict stays
-    now[0] = 0.05
-    load()
-    assert fake_targets[-1][0] == "StaticTarget" and len(timed) == 1  # quiet: timed again
-    load()
-    assert len(timed) == 1
-    load(remeasure=True)
-    assert len(timed) == 2

@@ -1,12 +1,10 @@
-"""The static-cache target, compiled and not (on packed weights, the CPU default), against the
+"""The static-cache target, compiled and not, against the
 eager DynamicCache target on its own weights (the reference path): the same logits across rollbacks and bucket padding, greedy output equal to
 the eager `vanilla` for every method, and the device-side sampling transform equal to the
 numpy one. The paths run smol-self's and gemma-smol's targets cut to a few layers
 (tests/cut_target.py); the full default pair's path: tests/test_defaults.py.
 long: the paths share the cut pairs' module fixtures (a second file would compile again)."""
 from __future__ import annotations
-
-from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -160,7 +158,7 @@ def test_static_target_keeps_sliding_windows_across_rollbacks():
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
     assert len(model.model.layers) == 6
-    eager = TorchTarget(model_dir, "cpu", 512, "float32", model=model, pack="off")
+    eager = TorchTarget(model_dir, "cpu", 512, "float32", model=model)
     a = past_the_window(eager)
     eager.close()
     static = StaticTarget(model_dir, "cpu", 512, "float32", compile=False, model=model)
@@ -211,74 +209,28 @@ def test_device_sampled_scores_equal_the_reference(sampling):
 @pytest.fixture(scope="module")
 def compiled(pair_with, cut):
     """The cut smol-self (`cut`: why it proves what the full one would) with the compiled
-    target as the app's CPU default runs it: the chunk length dynamic, each chunk at its own
-    length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads to 8),
-    longer chunks eager."""
-    return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512,
-                    target_pack="on")
+    target as --target-compile on runs it on the CPU: the chunk length dynamic, each chunk at
+    its own length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads
+    to 8), longer chunks eager."""
+    return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512)
 
 
 def test_compiled_target_gives_the_eager_logits(cut, compiled):
-    """At each thread count its graphs were compiled for at the load (duo's share, and every
-    core where that is more: vanilla's and sps's), nothing compiled again."""
+    """At the plan's thread count, which its graphs were compiled for at the load; a forward
+    asked for another runs at that one, nothing compiled again."""
     from torch._dynamo.utils import counters
 
-    from models.fit.placement import target_share
-
     target, cores = compiled.target, compiled.opts.cores
-    assert target.path == "static-compiled" and target.packed
+    assert target.path == "static-compiled"
     assert "static-compiled" in compiled.describe()["target"]
-    assert target.graph_threads == tuple(dict.fromkeys((target_share("cpu", cores), cores)))
-    assert compiled.threads("vanilla").target == compiled.threads("sps").target == cores
-    graphs, prev = counters["stats"]["unique_graphs"], target.set_threads(cores)
-    pace, target.pace = target.pace, None  # each count as asked (its pace: the next test)
-    for n in target.graph_threads:
-        target.set_threads(n)
-        for prompt in PROMPTS[:2]:
-            ids = cut.prompt_ids(prompt)
-            assert_same_logits(chunks(cut.target, ids), chunks(target, ids))
-            assert torch.get_num_threads() == n
+    assert target.graph_threads == compiled.threads.target == cores
+    graphs, prev = counters["stats"]["unique_graphs"], target.set_threads(max(1, cores - 1))
+    for prompt in PROMPTS[:2]:
+        ids = cut.prompt_ids(prompt)
+        assert_same_logits(chunks(cut.target, ids), chunks(target, ids))
+        assert torch.get_num_threads() == cores
     target.set_threads(prev)
-    target.pace = pace
     assert counters["stats"]["unique_graphs"] == graphs
-
-
-def assert_paced(target, first: int, more: int, ids: list[int]) -> None:
-    """Asked for `more` threads, a forward runs on `first` while `more` measured slower at its
-    size and on `more` while faster (a spy on the pace), torch's count set back after."""
-    pace, ran = target.pace, []
-    saved, observe = dict(pace.ema), pace.observe
-    pace.observe = lambda n, s, size: (ran.append(n), observe(n, s, size))
-    prev = target.set_threads(more)
-    try:
-        for slow in (more, first):
-            pace.ema = {(n, len(ids).bit_length()): 1.0 if n == slow else 0.01
-                        for n in (first, more)}
-            target.rollback(0)
-            target.logits(ids, 1)
-        assert ran == [first, more] and torch.get_num_threads() == more
-    finally:
-        target.set_threads(prev)
-        pace.ema = saved
-        del pace.observe
-
-
-def test_compiled_target_asked_for_more_threads_keeps_to_its_first_where_they_ran_slower(
-        cut, compiled):
-    target = compiled.target
-    if len(target.graph_threads) < 2:
-        pytest.skip("one core: one thread count")
-    assert_paced(target, *target.graph_threads, cut.prompt_ids(PROMPTS[0])[:8])
-
-
-def test_eager_target_on_every_core_keeps_to_duos_share_where_that_ran_slower(cut):
-    """load_target gives an eager CPU target the pace where the cores outnumber duo's share."""
-    target = cut.target
-    target.use_pace(1)
-    try:
-        assert_paced(target, 1, 2, cut.prompt_ids(PROMPTS[0])[:8])
-    finally:
-        target.pace = None
 
 
 def test_compiled_target_runs_one_graph_per_chunk_across_spans(compiled, eager_spans):
@@ -365,41 +317,3 @@ def test_grammar_biases_and_penalties_on_the_compiled_target(cut, compiled):
         assert got == want, f"{method} on the compiled target, {prompt!r}"
         refused += stats["drafted"] - stats["accepted"]
     assert refused > 0
-
-
-def test_pad_plan_takes_a_longer_chunk_only_where_it_verifies_faster():
-    from models.target.padding import pad_plan, padded_curve
-
-    curve = [1.0] * 8 + [1.15, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.1, 1.12, 1.3]  # 9-15 dearer than 16
-    plan = pad_plan(curve, range(9, 19))
-    assert plan == {n: 16 for n in range(10, 16)}  # 9 (1.15 against 1.1): within the margin
-    assert padded_curve(curve, plan)[12] == 1.1 and pad_plan(sorted(curve), range(9, 19)) == {}
-
-
-def test_compiled_target_pads_the_lengths_its_profile_prices_higher(compiled, oracle,
-                                                                     monkeypatch):
-    """Where the profile prices chunks of 9-15 tokens above 16, the compiled CPU target runs
-    them padded to 16 (profiles are timed at exact lengths), the budget prices them so, and
-    greedy duo still equals the eager vanilla."""
-    import models.target.static as static
-
-    target = compiled.target
-    monkeypatch.setattr(static, "pad_plan", lambda curve, lengths: {n: 16 for n in range(9, 16)})
-    try:
-        profile = compiled.ensure_profile("duo")
-        assert target._size(12) == 16 and profile.verify(12) == profile.verify(16)
-        with target.exact():
-            assert target._size(12) == 12
-        rows = []  # a 12-token chunk after a prompt: padded, then at its own length
-        for block in (nullcontext, target.exact):
-            with block():
-                target.rollback(0)
-                target.logits(compiled.prompt_ids(PROMPTS[0]), 1)
-                rows.append(target.logits([5] * 12, 12).cpu().numpy())
-        assert_same_logits(rows[:1], rows[1:])
-        got, stats = run(compiled, compiled.prompt_ids(GREEDY[0]), method="duo", gamma=11,
-                         multi_seq=False)
-        assert got == oracle[GREEDY[0]] and stats["drafted"] > stats["accepted"]
-    finally:
-        target.padding.clear()
-        target.rollback(0)

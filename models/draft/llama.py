@@ -17,7 +17,6 @@ from core.backends import Branching, Draft, Draws, Plan, Proposal
 from core.constraints import Adjuster, apply_row
 from core.sampling import SamplingConfig, logits_to_probs
 from models.draft.branches import Branches
-from models.fit.pace import Pace
 from models.quiet import route_llama_logs
 
 route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to stderr
@@ -26,11 +25,6 @@ route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to
 # llama.cpp's flash_attn_type per attention kernel (models/draft/attention.py): -1 (its auto:
 # flash attention where it supports the model, its default), 0 (off: the plain kernel)
 FLASH_ATTN_TYPE = {"flash": -1, "plain": 0}
-# a job that may be stopped, on one thread, evaluates a long context in batches this long, so a
-# prefill the generation no longer needs (a short answer done first: core/rounds.py) ends
-# within one. One thread loses nothing to them (420 tokens, the Q8_0 copy: 1.45 s against
-# 1.43 in one batch, 2-core Intel Xeon); two threads lose 41% (1.16 s against 0.82)
-STOPPABLE = 64
 
 
 class LlamaDrafter(Branches):
@@ -59,13 +53,6 @@ class LlamaDrafter(Branches):
         self.ctx = internals.LlamaContext(model=self.model, params=cp, verbose=False)
         self.n_ctx, self.n_batch, self.max_seqs = n_ctx, n_batch, max_seqs
         self.n_threads = self._applied = n_threads
-        # while `alone` is set (core/scheduler.py: the caller waits for this draft, nothing
-        # else decodes) each decode runs on `alone_threads` (0: n_threads) while `pace` finds
-        # that faster than n_threads
-        self.alone: threading.Event | None = None
-        self.alone_threads = 0
-        self.pace = Pace()
-        self.thread_pool = thread_pool()  # its timings by thread count are kept per kind
         self.n_vocab = self.model.n_vocab()
         self.batch = C.llama_batch_init(n_batch, 0, max_seqs)
         self.tokens: list[int] = []  # draft ids whose KV is in sequence 0
@@ -214,7 +201,7 @@ class LlamaDrafter(Branches):
     def _sync(self, ids: list[int], stop: threading.Event | None = None) -> np.ndarray | None:
         """Keep the longest common prefix in the KV cache, evaluate the rest, return the
         logits after the last id; None when `stop` is set before the end (the cache then
-        holds a prefix of `ids`), checked between batches (STOPPABLE tokens on one thread)."""
+        holds a prefix of `ids`), checked between batches."""
         if not ids:
             raise ValueError("the draft needs a non-empty context")
         if self.branches:
@@ -225,14 +212,12 @@ class LlamaDrafter(Branches):
         if self.prefill is not None and len(rest) > self.prefill.min_tokens:  # all but the last
             self.prefill.fill(self, ids[:-1], stop)
             rest = ids[len(self.tokens):]
-        stoppable = stop is not None and self.n_threads == 1
-        size = min(self.n_batch, STOPPABLE) if stoppable else self.n_batch
-        for start in range(0, len(rest), size):
+        for start in range(0, len(rest), self.n_batch):
             if stop is not None and stop.is_set():
                 return None
-            chunk = rest[start:start + size]
+            chunk = rest[start:start + self.n_batch]
             self._fill([(t, 0) for t in chunk], last_only=True)
-            self._run()
+            self._decode()
             self.tokens.extend(chunk)
         return self._logits(self.batch.n_tokens - 1)
 
@@ -240,7 +225,7 @@ class LlamaDrafter(Branches):
         """One decode of (token, sequence) entries, each at the next position of its
         sequence; returns the logits after each."""
         self._fill(entries, last_only=False)
-        self._run()
+        self._decode()
         for tok, seq in entries:
             (self.tokens if seq == 0 else self.branches[seq]).append(tok)
         return [self._logits(i) for i in range(len(entries))]
@@ -264,23 +249,6 @@ class LlamaDrafter(Branches):
         if n != self._applied:
             C.llama_set_n_threads(self.ctx.ctx, n, n)
             self._applied = n
-
-    def _alone_now(self) -> bool:
-        if not (self.alone_threads and self.alone is not None and self.alone.is_set()):
-            return False
-        return self.pace.prefers(self.alone_threads, self.n_threads)
-
-    def _run(self) -> None:
-        """One decode of the batch; where the draft may run alone, a one-token decode is
-        timed for `pace` on the count it ran on."""
-        n = self.alone_threads if self._alone_now() else self.n_threads
-        self._use_threads(n)
-        if not self.alone_threads:
-            return self._decode()
-        t0 = time.perf_counter()
-        self._decode()
-        if self.batch.n_tokens == 1:
-            self.pace.observe(n, time.perf_counter() - t0)
 
     def _decode(self) -> None:
         rc = C.llama_decode(self.ctx.ctx, self.batch)
@@ -309,16 +277,6 @@ class LlamaDrafter(Branches):
             self.batch = None
         self.ctx.close()
         self.model.close()
-
-
-def thread_pool() -> str:
-    """How this llama.cpp build runs its threads: "openmp", or "ggml" (its own pool; the
-    Makefile builds it so). With OpenMP, under the passive wait policy models/__init__.py
-    sets for torch, the draft's decodes on 2 threads slept at every barrier (37 ms a token
-    against 20 on one and 12 on ggml's pool, 2-core Intel Xeon): the draft's thread timings
-    are kept per kind, and an OpenMP draft never takes more threads alone than beside the
-    target (models/loader.py)."""
-    return "openmp" if b"OPENMP = 1" in C.llama_print_system_info() else "ggml"
 
 
 def extra_buffers_safe() -> bool:

@@ -18,7 +18,6 @@ import numpy as np
 
 from core.branching import BranchPolicy
 from core.budget import MAX_VERIFY, Profile
-from core.rounds import threads as threads_of
 from core.sampling import PositionRng, SamplingConfig
 from models.pairs.convert import cache_root, write_atomic
 
@@ -26,10 +25,10 @@ GREEDY = SamplingConfig()
 MAX_SEQS = 4
 ROUNDS = 3  # timed rounds per measurement (after one warm-up round); the minimum is kept
 BUSY = 0.25  # other processes' share of the cores above which a measurement was "under load"
+
+
 def machine_key() -> str:
-    # the OpenMP wait settings (models/__init__.py) change what threads are worth
-    wait = f"{os.environ.get('OMP_WAIT_POLICY', '')}/{os.environ.get('GOMP_SPINCOUNT', '')}"
-    return f"{platform.node()}|{_cpu_name()}|{wait}"
+    return f"{platform.node()}|{_cpu_name()}"
 
 
 @functools.cache
@@ -142,9 +141,8 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     process's first lookup only (at every one it delayed each generation by the reading and,
     beside a busy neighbour, profiled again and again); a running app's drift check does
     the rest."""
-    key = (f"v5|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
-           f"{target.quant}|{target.path}|packed{int(getattr(target, 'packed', False))}|"
-           f"draft{threads[0]}|target{threads[1]}")
+    key = (f"v6|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
+           f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
     first = key not in _PROFILES_LOOKED_UP
     _PROFILES_LOOKED_UP.add(key)
     entry = measured("profiles.json", key, lambda: measure(drafter, target).to_dict(),
@@ -155,33 +153,14 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     return profile
 
 
-def solo_times(pair_name: str, drafter, target, threads, profile: Profile,
-               remeasure: bool = False, progress=None) -> tuple[list[float], int]:
-    """The target's verify times on every core, the draft idle (a solo lookup round), and
-    that count, where the target can take more cores than `duo` gives it and the times of
-    the split that gives it them (sps's profile) beat `duo`'s own; else none. (At `duo`'s
-    own count, `duo` with solo rounds took 1.10x the time on the copy-heavy prompts.)"""
-    cores = threads.prefill
-    counts = getattr(target, "graph_threads", ())  # a compiled CPU target's, or any
-    if cores <= threads.target or (counts and cores not in counts):
-        return [], 0
-    split = (threads.alone or threads.draft, cores)  # sps's: its draft alone on them
-    with threads_of(target, cores), threads_of(drafter, split[0]):
-        wide = load_or_measure(pair_name, drafter, target, split, remeasure, progress)
-    faster = sum(wide.verify_s) < sum(profile.verify_s)
-    return (list(wide.verify_s), cores) if faster else ([], 0)
-
-
 def pick_draft_threads(pair_name: str, drafter, cap: int, progress=None,
                        remeasure: bool = False) -> dict[int, float]:
-    """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (every core), the target idle,
-    measured per machine, pair and draft file; the caller takes the fastest within the
-    draft's share beside the target, and the fastest of all for the draft alone."""
+    """Draft s/token at 1, 2, 4, 8, ... threads up to `cap` (the draft's share), the target
+    idle, measured per machine, pair and draft file; the caller takes the fastest."""
     candidates = sorted({n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap})
     if len(candidates) == 1:
         return {cap: 0.0}
-    pool = getattr(drafter, "thread_pool", "")  # LlamaDrafter: openmp or ggml
-    key = f"v3|{machine_key()}|{pair_name}|{drafter.name}|{pool}|cap{cap}"
+    key = f"v4|{machine_key()}|{pair_name}|{drafter.name}|cap{cap}"
     entry = measured("draft_threads.json", key, lambda: _time_threads(drafter, candidates),
                      remeasure, progress,
                      f"timing the draft at {', '.join(map(str, candidates))} threads")
@@ -221,8 +200,7 @@ def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
     probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}
     probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
                for n in range(1, verify_n + 1)}
-    # a chat's caches kept; every verify at its own length (the target pads from these times)
-    with drafter.preserved(), target.preserved(context_len + verify_n), target.exact():
+    with drafter.preserved(), target.preserved(context_len + verify_n):  # a chat's caches kept
         target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
         best = interleaved(probes, rounds)
     steps = {1: best["draft"]} | {k: best[k] for k in range(2, seqs + 1)}

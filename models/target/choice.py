@@ -2,23 +2,19 @@
 target or the eager one) and the weights' precision (`--target-quant auto|none|int8|int4`).
 `auto` precision: the unquantized weights unless memory forces a smaller precision, on every
 device (a smaller one changes the answers: that trade stays the user's). `auto` path: compiled
-on cuda; on the CPU what timed faster here as duo runs the target (at its share of the cores,
-the compiled one compiled for that count; both give the same float32 outputs), cached beside
-the budget profiles and timed again after a loaded start (models/fit/profiler.py.measured).
-A compiled CPU target is compiled for duo's share (docs/target-choice.md)."""
+on cuda, eager on the CPU (docs/target-choice.md)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from core.sampling import SamplingConfig
 from models.fit.memory import MIN_CTX, trained_window
-from models.fit.placement import half_up
-from models.target.modes import COMPILE_CHOICES, PACK_CHOICES, QUANT_CHOICES
+from models.target.modes import COMPILE_CHOICES, QUANT_CHOICES
 
-PROBE_SIZES = (1, 8)  # a plain decoding step and a typical verify chunk
-GREEDY = SamplingConfig()
+# the CPU's default path: eager, since the compiled one costs minutes of compiling at a first
+# start and seconds at every later one, for 20% a token (1+8-token forwards 41.0 against
+# 52.3 ms, smol-self at 1 thread, 2-core Intel Xeon, 2026-11-27)
+CPU_PATH = "eager on the CPU (the compiled path: --target-compile on)"
 
 
 def pick_ctx(model_dir: Path, device: str, dtype: str, asked: int | None = None,
@@ -66,44 +62,28 @@ def _running(device: str, dtype: str) -> tuple[str, ...]:
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                quant_group: int | None = None, pack: str = "auto", remeasure: bool = False,
-                threads: int | None = None, cores: int | None = None):
-    """The target for these options (`quant` already picked). `threads`: the target's share
-    of the cores while duo decodes (models/fit/placement.target_share); on the CPU `auto`
-    times both paths at that count (again with `remeasure`) and a compiled target is compiled
-    for it (its graphs keep it), so duo's draft and target never outnumber the cores, and for
-    `cores` too where that is more (vanilla, sps and duo's solo rounds take every core). On
-    `cores`, either path runs a forward only while that measured faster (use_pace)."""
+                quant_group: int | None = None):
+    """The target for these options (`quant` already picked), at the thread count torch has
+    now (the placement's: a compiled CPU target's graphs keep it). `auto`: compiled on cuda,
+    eager on the CPU (CPU_PATH says why)."""
     from models.target.static import StaticTarget
-    from models.target.eager import TorchTarget, cpu_threads
+    from models.target.eager import TorchTarget
 
-    for flag, value, known in (("--target-compile", compile, COMPILE_CHOICES),
-                               ("--target-pack", pack, PACK_CHOICES)):
-        if value not in known:
-            raise ValueError(f"{flag} must be one of {', '.join(known)}, got '{value}'")
+    if compile not in COMPILE_CHOICES:
+        raise ValueError(f"--target-compile must be one of {', '.join(COMPILE_CHOICES)}, "
+                         f"got '{compile}'")
     cpu = not device.startswith("cuda")
-    threads = threads or (half_up(os.cpu_count() or 1) if cpu else 1)
     on = compile == "on" or (compile == "auto" and not cpu)
     missing = triton_missing() if on and not cpu else None
     if missing and compile == "on":
         raise ValueError(f"--target-compile on: {missing}; use --target-compile off (eager)")
-    times = None
-    if compile == "auto" and cpu:
-        times = cpu_path_times(model_dir, dtype, n_ctx, threads, progress, remeasure, pack)
-        on = sum(times["compiled"]) < sum(times["eager"])
     if on and not missing:
-        with cpu_threads(threads if cpu else None):
-            target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
-                                  progress=progress, quant=quant, quant_group=quant_group,
-                                  pack=pack, remeasure=remeasure,
-                                  more_threads=cores if cpu and cores else 0)
+        target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
+                              progress=progress, quant=quant, quant_group=quant_group)
     else:
-        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                             pack=pack, remeasure=remeasure)
-        if cpu and cores and cores > threads:  # vanilla's and sps's every core, while faster
-            target.use_pace(threads)
-    why = f"eager, since {missing}" if missing else _why(compile, device, on, threads, times,
-                                                         getattr(target, "graph_threads", ()))
+        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
+    why = (f"eager, since {missing}" if missing else "as asked" if compile != "auto"
+           else "compiled on cuda" if not cpu else CPU_PATH)
     target.compile_choice = f"{compile}: {why}"
     return target
 
@@ -118,74 +98,6 @@ def triton_missing() -> str | None:
     if not has_triton():
         return "Triton does not run on this GPU (compute capability 7.0 or newer)"
     return None
-
-
-def _why(compile: str, device: str, on: bool, threads: int, times: dict | None,
-         counts: tuple[int, ...] = ()) -> str:
-    """The placement line's reason: on the CPU, the thread counts the compiled target runs at
-    (duo's share; every core, vanilla's and sps's, where more) and, for auto, the timings."""
-    cpu = not device.startswith("cuda")
-    more = (f" and {counts[1]} (every core: vanilla, sps, duo's solo rounds)"
-            if len(counts) > 1 else "; vanilla and sps run it at that count too")
-    kept = f"compiled for {threads} thread(s), duo's target share{more}" if on and cpu else ""
-    if compile != "auto":
-        return "as asked" + (f", {kept}" if kept else "")
-    if not cpu:
-        return "compiled on cuda"
-    ms = lambda name: f"{sum(times[name]) * 1e3:.1f} ms"  # noqa: E731
-    timed = (f"as duo runs it on this CPU: {threads} thread(s), 1+8-token forwards compiled "
-             f"{ms('compiled')}, eager {ms('eager')}")
-    return (f"compiled measured faster {timed}; {kept}" if on
-            else f"eager measured faster {timed}")
-
-
-def cpu_path_times(model_dir: Path, dtype: str, n_ctx: int, threads: int, progress=None,
-                   remeasure: bool = False, pack: str = "auto") -> dict:
-    """{"eager": [s per PROBE_SIZES], "compiled": [...]}: the target's forwards on each path
-    at `threads` (duo's target share: the path that serves duo, the product's default),
-    measured once per machine, model, dtype, window, thread count and --target-pack."""
-    from models.fit.profiler import machine_key, measured
-
-    key = (f"v6|{machine_key()}|compile|{Path(model_dir).name}|{dtype}|ctx{n_ctx}|duo|"
-           f"threads{threads}|pack-{pack}")
-    return measured("target_paths.json", key,
-                    lambda: compare_paths(model_dir, dtype, n_ctx, threads, pack), remeasure,
-                    progress, f"timing the eager vs the compiled target at {threads} thread(s), "
-                    "as duo runs it, on this CPU (first load only)")["value"]
-
-
-def compare_paths(model_dir: Path, dtype: str, n_ctx: int, threads: int,
-                  pack: str = "auto") -> dict:
-    """The least forward time (s) at each PROBE_SIZES for both paths on the CPU at `threads`
-    torch threads (the compiled one compiled for that count), the two targets timed in turn,
-    round by round. The draft is not running beside them (docs/target-choice.md)."""
-    from models.fit.memory import device_budget, model_dims
-    from models.fit.profiler import interleaved, verify_once
-    from models.target.static import StaticTarget
-    from models.target.eager import TorchTarget, cpu_threads
-
-    # the compiled one with the app's chunk sizes: the graphs it times are the ones the app
-    # runs, and the app's load then finds them in the inductor cache
-    makers = {"eager": lambda: TorchTarget(model_dir, "cpu", n_ctx, dtype, pack=pack),
-              "compiled": lambda: StaticTarget(model_dir, "cpu", n_ctx, dtype, pack=pack)}
-    dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
-    budget = device_budget("cpu", dtype)
-    copies = 2 if pack == "off" else 4  # a packed target holds its linear weights twice
-    both = budget.free is None or copies * budget.needed(dims, "none", n_ctx) <= budget.free
-    groups = [list(makers)] if both else [[name] for name in makers]  # two targets fit?
-    out = {}
-    with cpu_threads(threads):
-        for names in groups:
-            targets = {name: makers[name]() for name in names}
-            ctx = [100 + i for i in range(64)]
-            for target in targets.values():
-                target.score(ctx, 1, GREEDY)
-            best = interleaved({(name, n): (lambda t=t, n=n: verify_once(t, ctx, n))
-                                for name, t in targets.items() for n in PROBE_SIZES})
-            for name, target in targets.items():
-                out[name] = [best[(name, n)] for n in PROBE_SIZES]
-                target.close()
-    return out
 
 
 def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,

@@ -4,7 +4,6 @@ prefix. models/target/static.py is the fast path behind the same verbs."""
 from __future__ import annotations
 
 import gc
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.fit.footprint import trained_window
-from models.fit.pace import Pace
 from models.target.sampling import device_scores
 
 
@@ -42,17 +40,13 @@ def pick_dtype(device: str, name: str = "auto") -> str:
 
 class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
-    graph_threads: tuple[int, ...] = ()  # a compiled CPU target's counts (none: any count)
-    pace: Pace | None = None  # use_pace: a forward on more threads only while they are faster
-    pace_first = 0  # the count a forward keeps to while more measured slower
+    graph_threads: int = 0  # a compiled CPU target's count (its graphs are guarded on it)
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None, *, model=None,
-                 pack: str = "auto", remeasure: bool = False):
+                 quant_group: int | None = None, progress=None, *, model=None):
         """`model`: an already built causal LM (random weights of a real shape, say) used
-        instead of loading `model_dir`, which then only names it; `quant` still applies.
-        `pack`: --target-pack (models/target/packed.py), its timing again with `remeasure`."""
+        instead of loading `model_dir`, which then only names it; `quant` still applies."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/target/quant.py)
@@ -69,7 +63,6 @@ class TorchTarget:
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
                                           quant_group, progress)
         self.model.to(self.device).eval()
-        self._pack(pack, remeasure)
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
@@ -78,15 +71,6 @@ class TorchTarget:
         self.eos_ids = _eos_ids(self.model)
         self.cache = self._new_cache()
         self.cached_ids: list[int] = []  # the tokens in the cache, in order
-
-    def _pack(self, mode: str, remeasure: bool) -> None:
-        from models.target import packed
-
-        self.packed, self.pack_choice = packed.choose(mode, self.device, self.model.dtype,
-                                                      self.quant, self.model,
-                                                      remeasure=remeasure)
-        if self.packed:
-            packed.pack(self.model)
 
     @property
     def n_cached(self) -> int:
@@ -103,8 +87,8 @@ class TorchTarget:
         _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         try:
-            out = self.paced(len(tokens), lambda: self.model(
-                input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=n_rows))
+            out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=n_rows)
         except BaseException:  # the layers may have appended part of the chunk: start over
             self.rollback(0)
             raise
@@ -131,48 +115,12 @@ class TorchTarget:
         finally:
             self.cache, self.cached_ids = saved
 
-    def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
-        """The verify curve as this target runs it at `threads`: as measured (this path runs
-        every chunk at its own length; the static one may pad some: models/target/static.py)."""
-        return verify_s
-
-    @contextmanager
-    def exact(self):
-        """Every chunk at its own length in the block (a profile times those)."""
-        yield
-
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
         for layer in cache.layers:  # sliding-window layers must keep what a rollback needs
             if hasattr(layer, "activate_past_recording"):
                 layer.activate_past_recording()
         return cache
-
-    @property
-    def fixed_threads(self) -> int | None:
-        """A compiled CPU target's first count (duo's share), which a count it has no graphs
-        for falls back to; None: any count runs."""
-        return self.graph_threads[0] if self.graph_threads else None
-
-    def use_pace(self, first: int) -> None:
-        """On the CPU, a forward asked for more threads than `first` (duo's share) keeps to
-        `first` while more measured slower at its size (models/fit/pace.py): the app's
-        OpenMP threads spin briefly (models/__init__.py), and beside another busy program
-        spinning threads wait on each other (a compiled forward 110 ms against 48)."""
-        self.pace, self.pace_first = Pace(), first
-
-    def paced(self, size: int, forward):
-        """`forward()` at torch's thread count, or at pace_first while that count measured
-        slower at this size; timed for the pace."""
-        if self.pace is None:
-            return forward()
-        asked, first = torch.get_num_threads(), self.pace_first
-        count = asked if asked <= first or self.pace.prefers(asked, first, size) else first
-        with cpu_threads(count):
-            t0 = time.perf_counter()
-            out = forward()
-            self.pace.observe(count, time.perf_counter() - t0, size)
-        return out
 
     def set_threads(self, n: int) -> int:
         """Set torch's CPU threads; returns the previous count."""
@@ -200,8 +148,7 @@ class TorchTarget:
 
 @contextmanager
 def cpu_threads(n: int | None):
-    """torch's CPU threads at n for the block (0 or None: as they are). A compiled CPU target
-    is compiled for the counts it is warmed up at, and sets one before each forward."""
+    """torch's CPU threads at n for the block (0 or None: as they are)."""
     prev = torch.get_num_threads()
     if not n or n == prev:
         yield

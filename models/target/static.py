@@ -24,20 +24,17 @@ from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
 from models.target import flex
-from models.target.padding import pad_plan, padded_curve
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
 from models.target.sampling import device_scores
-from models.target.eager import TorchTarget, _check_chunk, cpu_threads
+from models.target.eager import TorchTarget, _check_chunk
 
 
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
 # CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
 # the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
-# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4. Where the measured
-# profile prices a longer chunk lower (the 2-core Intel Xeon: 13 tokens 155 ms, 16 tokens
-# 115), the longer ones are padded to it too (pad_chunks).
+# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4
 EXACT_FROM = 8
 
 
@@ -48,12 +45,11 @@ class StaticTarget(TorchTarget):
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None, attention: str = "sdpa",
-                 pack: str = "auto", remeasure: bool = False, more_threads: int = 0):
+                 quant_group: int | None = None, *, model=None, attention: str = "sdpa"):
         if attention not in flex.CHOICES:  # refused before the weights load
             flex.module_for(attention, "cpu")
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                         model=model, pack=pack, remeasure=remeasure)
+                         model=model)
         self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
         self.attention = attention
         cuda = self.device.startswith("cuda")
@@ -67,18 +63,12 @@ class StaticTarget(TorchTarget):
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
                                 None)
         self.cache = None
-        self.padding: dict[int, dict[int, int]] = {}  # CPU threads -> {length: padded length}
         self._allocate()
         self._step = _compiled(self._decode, cuda, quant) if compile else self._decode
         if compile:
             _COMPILED.add(self)
-        # compiled on the CPU for torch's thread count now (models/target/choice.py sets it:
-        # duo's share) and for `more_threads` too (every core: vanilla, sps, duo's solo rounds)
-        if compile and not cuda:
-            self.graph_threads = tuple(dict.fromkeys(
-                n for n in (torch.get_num_threads(), more_threads) if n))
-        if len(self.graph_threads) > 1:  # a forward asked for the more takes it while faster
-            self.use_pace(self.fixed_threads)
+        if compile and not cuda:  # compiled on the CPU for torch's thread count now
+            self.graph_threads = torch.get_num_threads()
         self._graphs = compile and cuda  # CUDA graph trees: the calling thread's own
         if compile:
             self.warm_up(progress)
@@ -120,31 +110,6 @@ class StaticTarget(TorchTarget):
             for buf, part in zip(self._kv, saved):
                 buf[:, :, :n].copy_(part)
             self.cached_ids = ids
-
-    def pad_chunks(self, verify_s: list[float], threads: int) -> list[float]:
-        """Chunks past EXACT_FROM that `verify_s` (this target's profile at `threads`, timed
-        at exact lengths) prices higher than a longer one are padded to it from now on, at
-        that thread count (models/target/padding.py); returns the curve as they now run. On cuda
-        every chunk is padded to a bucket already."""
-        if not self._exact:
-            return verify_s
-        plan = pad_plan(verify_s, range(EXACT_FROM + 1, self.buckets[-1] + 1))
-        self.padding[self._threads(threads)] = plan
-        return padded_curve(verify_s, plan)
-
-    def _threads(self, n: int | None = None) -> int:
-        """The CPU threads a forward runs at: `n` or torch's, where a compiled target has
-        graphs for it, else the count it was compiled for first."""
-        n = n or torch.get_num_threads()
-        return self.fixed_threads if self.graph_threads and n not in self.graph_threads else n
-
-    @contextmanager
-    def exact(self):
-        saved, self.padding = self.padding, {}
-        try:
-            yield
-        finally:
-            self.padding = saved
 
     # -- the verbs --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -204,12 +169,11 @@ class StaticTarget(TorchTarget):
         self._upload.copy_(host, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-        asked = self._threads()
-        if self.fixed_threads and torch.get_num_threads() != asked:
+        if self.graph_threads and torch.get_num_threads() != self.graph_threads:
             # a graph compiled for the CPU is guarded on torch's thread count (another count
-            # recompiles every shape, tens of seconds each): it runs at a count it was
+            # recompiles every shape, tens of seconds each): it runs at the count it was
             # compiled for; the eager long-prompt prefill takes what set_threads gave
-            torch.set_num_threads(asked)
+            torch.set_num_threads(self.graph_threads)
         keys = self._keys[:span.span_for(n + size, self.spans)]
         offsets = self._offsets[:size]  # as `keys`: a prefix of a static buffer
         torch._dynamo.maybe_mark_dynamic(keys, 0)
@@ -217,16 +181,16 @@ class StaticTarget(TorchTarget):
             graph_thread()
         if self._dynamic_chunk:  # one graph for chunks of 2..32 (1 is its own)
             torch._dynamo.maybe_mark_dynamic(offsets, 0)
-        choice, logits = self.paced(size, lambda: self._step(self._upload, offsets, keys))
+        choice, logits = self._step(self._upload, offsets, keys)
         self.cached_ids += piece
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
     def _size(self, n: int) -> int:
         """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
-        EXACT_FROM (the cost follows the tokens) or the one pad_chunks measured cheaper; else
-        the bucket that holds it (a CUDA graph is recorded per length)."""
+        EXACT_FROM (the cost follows the tokens); else the bucket that holds it (a CUDA graph
+        is recorded per length)."""
         if self._exact and n > EXACT_FROM:
-            return self.padding.get(self._threads(), {}).get(n, n)
+            return n
         return next(b for b in self.buckets if b >= n)
 
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
@@ -257,32 +221,22 @@ class StaticTarget(TorchTarget):
         return torch.tanh(logits / cap) * cap if cap else logits
 
     def warm_up(self, progress=None) -> float:
-        """Compile every bucket now, at each CPU thread count it runs at (cached on disk: a
-        second start reuses the kernels)."""
+        """Compile every bucket now (cached on disk: a second start reuses the kernels), each
+        three times (CUDA graphs record on a later call than the first) in each span it warms
+        (warm_points)."""
         t0 = time.perf_counter()
-        for n in self.graph_threads or (0,):
-            with cpu_threads(n):
-                self._warm_buckets(progress, n)
+        for i, size in enumerate(self.buckets, 1):
+            if progress:
+                progress(f"compiling the target forward: chunk {size} ({i}/{len(self.buckets)})")
+            for start, length in self.warm_points(size):
+                for _ in range(3):
+                    self.rollback(0)
+                    self.cached_ids = [1] * start  # the slots' contents do not matter here
+                    self.score([1] * length, 1, SamplingConfig())
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
-
-    def _warm_buckets(self, progress, n: int) -> None:
-        """Each bucket three times at `n` CPU threads (0: as they are) in each span it warms
-        (warm_points); the last call's time seeds the pace."""
-        where = f" for {n} thread{'s' * (n > 1)}" * (n > 0)
-        for i, size in enumerate(self.buckets, 1):
-            if progress:
-                progress(f"compiling the target forward{where}: chunk {size} "
-                         f"({i}/{len(self.buckets)})")
-            for start, length in self.warm_points(size):
-                for k in range(3):  # CUDA graphs record on a later call than the first
-                    if k and self.pace is not None:  # a compile's time is no pace
-                        self.pace.forget(n, size)
-                    self.rollback(0)
-                    self.cached_ids = [1] * start  # the slots' contents do not matter here
-                    self.score([1] * length, 1, SamplingConfig())
 
     def warm_points(self, size: int) -> list[tuple[int, int]]:
         """(cached tokens, chunk length) that run a `size` chunk in each span a generation can
