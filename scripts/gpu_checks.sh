@@ -22,8 +22,8 @@ LOG=$OUT/log.txt; CACHE=${DUO_CACHE_DIR:-$HOME/.cache/duodecoding}
 T0=$SECONDS
 # caps in seconds (a part gets its cap or what is left, whichever is less): env to forward
 # fill a 540 s call, the tests a second one (docs/gpu.md)
-CAP_ENV=${CAP_ENV:-20} CAP_METHODS=${CAP_METHODS:-200} CAP_SHADOW=${CAP_SHADOW:-150}
-CAP_PROFILE=${CAP_PROFILE:-50} CAP_FORWARD=${CAP_FORWARD:-120} CAP_TESTS=${CAP_TESTS:-240}
+CAP_ENV=${CAP_ENV:-20} CAP_METHODS=${CAP_METHODS:-200} CAP_PROFILE=${CAP_PROFILE:-90}
+CAP_SHADOW=${CAP_SHADOW:-150} CAP_FORWARD=${CAP_FORWARD:-120} CAP_TESTS=${CAP_TESTS:-240}
 CAP_TUNED=${CAP_TUNED:-90} CAP_PASSED=${CAP_PASSED:-180}
 if [ -n "$DRY" ]; then  # tiny shapes: one prompt, a few tokens, the eager target on the CPU
   PROMPTS=1 TOKENS=8 CTX=512 ON_DEVICE="--device cpu --target-compile off" ORACLE=$ON_DEVICE
@@ -96,10 +96,11 @@ part_emulate() {
   local d=$W/emulate q=(--questions bench/prompts.jsonl --limit-per-category 1)
   mkdir -p "$d"
   [ -z "$DRY" ] || q=(--questions "$W/methods/questions.jsonl")
-  bench emulate-shadow "$CAP_SHADOW" "$d/shadow" "${q[@]}" --methods "$EMULATED" $ORACLE \
-    --emulate h100-llama8b-bf16 --emulate-clock shadow $SHAPE
+  # the profile clock first: it computes the oracle (kept on disk) that the shadow then reads
   bench emulate-profile "$CAP_PROFILE" "$d/profile" "${q[@]}" --methods "$EMULATED" $ORACLE \
     --emulate h100-llama8b-bf16 --emulate-clock profile
+  bench emulate-shadow "$CAP_SHADOW" "$d/shadow" "${q[@]}" --methods "$EMULATED" $ORACLE \
+    --emulate h100-llama8b-bf16 --emulate-clock shadow $SHAPE
   pack emulate
 }
 part_forward() {  # int8, int4 and bf16 at two depths, projected to the 8B's 32 layers

@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measure.bench_summary import markdown  # noqa: E402
 
-RUNS = (("methods", "methods"), ("emulate/shadow", "emulation, shadow clock"),
-        ("emulate/profile", "emulation, profile clock"))
+RUNS = (("methods", "methods"), ("emulate/profile", "emulation, profile clock"),
+        ("emulate/shadow", "emulation, shadow clock"))
 
 
 def parts(work: Path) -> list[str]:

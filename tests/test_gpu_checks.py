@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["env", "methods", "emulate-shadow", "emulate-profile", "forward", "tests", "tuned",
+ORDER = ["env", "methods", "emulate-profile", "emulate-shadow", "forward", "tests", "tuned",
          "passed"]
 LINE = re.compile(r"^\s*(\d+)s (\S+)\s+(.*)$")
 
@@ -104,7 +104,7 @@ def test_the_gpu_tests_named_are_found_and_skip_on_the_cpu(checked):
 
 def test_the_emulation_runs_on_both_clocks(checked):
     d = unpacked(checked, "emulate")
-    for clock in ("shadow", "profile"):
+    for clock in ("profile", "shadow"):
         r = json.loads((d / clock / "results.json").read_text())
         assert r["complete"] and set(r["methods"]) == {"vanilla", "duo"}  # the dry run's two
         assert r["emulation"]["clock"] == clock
