@@ -24,7 +24,8 @@ LINE = re.compile(r"^\s*(\d+)s (\S+)\s+(.*)$")
 
 def dry_run(base: Path, budget: int = 400, parts: str = "", **env) -> subprocess.CompletedProcess:
     out, work = base / "out", base / "work"
-    env = dict(os.environ, DRY="1", PY=sys.executable, OUT=str(out), WORK=str(work), **env)
+    mine = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # a worker's
+    env = dict(mine, DRY="1", PY=sys.executable, OUT=str(out), WORK=str(work), **env)
     cmd = ["bash", str(ROOT / "scripts" / "gpu_checks.sh"), str(budget)] + [parts] * bool(parts)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
