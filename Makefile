@@ -41,12 +41,19 @@ test: install browser
 		--durations=10 tests
 
 # On a CUDA machine. Prepared by ../shared/gpu (no venv there): make test-gpu RUNPY=python3
+# One process by default (the compiled twins share one target); GPU_WORKERS=N splits the
+# tests over N processes, each compiling on its share of the cores.
 RUNPY ?= $(BIN)/python
 GPU_TESTS ?= tests/test_gpu.py tests/test_flex_attention.py tests/test_owner_thread.py
+GPU_WORKERS ?= 1
 test-gpu:
-	TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 $(RUNPY) -m pytest -q -m gpu $(GPU_TESTS)
+	TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 \
+		TORCHINDUCTOR_COMPILE_THREADS=$$(( $$(nproc) / $(GPU_WORKERS) > 0 ? $$(nproc) / $(GPU_WORKERS) : 1 )) \
+		$(RUNPY) -m pytest -q -m gpu $(if $(filter-out 1,$(GPU_WORKERS)),-n $(GPU_WORKERS)) \
+		$(GPU_TESTS)
 
 # The GPU report (scripts/gpu_report.py): ARGS="--part forward --out DIR"; tiny on a CPU.
+# The whole GPU check in one call: bash scripts/gpu_checks.sh SECONDS (docs/gpu.md).
 gpu-report:
 	$(RUNPY) scripts/gpu_report.py $(ARGS)
 

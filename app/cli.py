@@ -60,6 +60,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=int, default=None,
                    help="context window in target tokens (default: min(trained window, "
                         "8192), shrunk to what fits); the draft's is sized from it")
+    p.add_argument("--compile-buckets", default=None, metavar="N,N,...",
+                   help="the compiled target's chunk lengths (default 1,2,4,8,16,32; on cuda "
+                        "a CUDA graph each: fewer compile sooner, chunks pad up to the next)")
     p.add_argument("--draft-prefill", default=os.environ.get("DUO_DRAFT_PREFILL", "auto"),
                    help=f"the draft's prompt prefill: {', '.join(DRAFT_PREFILLS)} (auto: on "
                         "the draft's Q8_0 copy, its cache then moved into the draft, where "
@@ -86,8 +89,22 @@ def load_options(args):
                        draft_prefill=args.draft_prefill,
                        draft_attention=args.draft_attention,
                        target_compile=args.target_compile,
-                       target_quant=args.target_quant,
-                       n_ctx=args.ctx_size)
+                       target_quant=args.target_quant, n_ctx=args.ctx_size,
+                       compile_buckets=compile_buckets(args.compile_buckets))
+
+
+def compile_buckets(text: str | None) -> tuple[int, ...] | None:
+    """--compile-buckets "1,8,32" as (1, 8, 32); None stays None (the default sizes)."""
+    if text is None:
+        return None
+    try:
+        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"--compile-buckets must be positive numbers separated by commas, "
+                         f"got '{text}'")
+    return sizes
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

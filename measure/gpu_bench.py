@@ -23,6 +23,13 @@ TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
         "vocab_size": 320, "rope_theta": 10000.0, "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "head_dim": 16}
 PATHS = ("eager", "static", "compiled")
+# Full-depth forward rows measured before, (model, precision, dtype) -> ms per chunk@filled:
+# a forward projected from fewer layers is checked against them
+KNOWN = {("llama8b", "none", "bfloat16"): {
+    "machine": "NVIDIA H100 80GB HBM3", "date": "2026-11-27", "path": "compiled",
+    "ms": {"1@128": 8.365, "8@128": 8.357, "32@128": 8.491, "1@1024": 8.665,
+           "8@1024": 9.480, "32@1024": 9.781, "1@4096": 11.050, "8@4096": 10.941,
+           "32@4096": 11.471}}}
 
 
 def random_model(config: dict, device: str, dtype: torch.dtype):
@@ -36,14 +43,17 @@ def random_model(config: dict, device: str, dtype: torch.dtype):
     return model.eval()
 
 
-def model_source(which: str, device: str, dtype: str):
+def model_source(which: str, device: str, dtype: str, layers: int | None = None):
     """(name, built model or None, int4 group) of a report model: smol-self's converted
-    weights, or random weights of the Llama-3.1-8B / tiny shape."""
+    weights, or random weights of the Llama-3.1-8B / tiny shape (`layers` of them: the
+    embedding and the head whole)."""
     from models.target.eager import DTYPES
 
     if which == "smol-self":
         return str(smol_dir(dtype)), None, 32
-    config = {"llama8b": LLAMA_8B, "tiny": TINY}[which]
+    config = dict({"llama8b": LLAMA_8B, "tiny": TINY}[which])
+    if layers:
+        config["num_hidden_layers"] = layers
     return which, random_model(config, device, DTYPES[dtype]), None
 
 

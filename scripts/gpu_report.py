@@ -4,6 +4,8 @@ on the same shapes; each part merges into OUT/report.json and OUT/report.md is r
 
     python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|lookup|all
         [--out DIR] [--models smol-self,llama8b] [--quants none,int8,int4] [--tiny]
+        [--depths 2,4] [--quant-tuning on]
+    python3 scripts/gpu_report.py --write-questions N --out DIR   (DIR/questions.jsonl)
 
 Without cuda (or with --tiny) the shapes are tiny: a 2-layer Llama, seconds on a CPU.
 long: one function per part, each short; splitting them apart would scatter the report."""
@@ -36,6 +38,15 @@ def parse(argv=None):
     p.add_argument("--models", default="", help="forward: smol-self,llama8b (tiny: tiny)")
     p.add_argument("--quants", default="none,int8,int4")
     p.add_argument("--paths", default="", help="forward: eager,static,compiled")
+    p.add_argument("--depths", default="", metavar="N,N",
+                   help="forward: two layer counts of a random-weight model (its embedding and "
+                        "head whole), each cell projected linearly to the full depth")
+    p.add_argument("--quant-tuning", choices=("off", "on"), default="off",
+                   help="forward: a quantized compile with torchao's coordinate-descent tuning "
+                        "(its rows then read PATH-tuned)")
+    p.add_argument("--write-questions", type=int, default=0, metavar="N",
+                   help="only write OUT/questions.jsonl: the first N project prompts, a "
+                        "category at a time")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=128)
     args = p.parse_args(argv)
@@ -61,23 +72,23 @@ def settings(args) -> dict:
          "llama_layers": [1, 2] if tiny else [2, 6]}
     s["models"] = args.models.split(",") if args.models else s["models"]
     s["paths"] = args.paths.split(",") if args.paths else s["paths"]
+    s["depths"] = sorted(int(x) for x in args.depths.split(",") if x.strip())
+    s["tuning"] = args.quant_tuning == "on"
     return s
 
 
 # -- the parts ---------------------------------------------------------------------------
 def part_env(s: dict, out: Path) -> dict:
     import torch
-    import transformers
 
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda,
-           "transformers": transformers.__version__, "device": s["device"],
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": s["device"],
            "tiny": s["tiny"], "cpu_cores": os.cpu_count()}
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
-    for mod in ("triton", "torchao", "llama_cpp", "gguf"):
-        env[mod] = _version(mod)
+    for dist in ("transformers", "triton", "torchao", "llama_cpp_python", "gguf"):
+        env[dist.removesuffix("_python")] = _version(dist)
     try:
         import llama_cpp
         env["llama_cpp_gpu_offload"] = bool(llama_cpp.llama_supports_gpu_offload())
@@ -86,11 +97,14 @@ def part_env(s: dict, out: Path) -> dict:
     return env
 
 
-def _version(mod: str) -> str:
+def _version(dist: str) -> str:
+    """A distribution's version from its metadata (importing torchao or transformers only to
+    read theirs took seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        m = __import__(mod)
-        return getattr(m, "__version__", "installed")
-    except ImportError:
+        return version(dist)
+    except PackageNotFoundError:
         return "missing"
 
 
@@ -124,8 +138,9 @@ def _dtype(s: dict, quant: str) -> str:
 
 
 def part_forward(s: dict, out: Path) -> dict:
-    from measure.gpu_bench import copy_bandwidth, copy_floors, floors, model_config
+    from measure.gpu_bench import KNOWN, copy_bandwidth, copy_floors, floors, model_config
 
+    os.environ["DUO_QUANT_TUNING"] = "on" if s["tuning"] else "off"  # read at each compile
     bw = copy_bandwidth(s["device"], s["copy_bytes"])
     res = {"copy_bandwidth_gbs": bw / 1e9, "lengths": s["lengths"], "chunks": s["chunks"],
            "models": {}}
@@ -136,14 +151,38 @@ def part_forward(s: dict, out: Path) -> dict:
             row = {"dtype": dtype, "floor_ms": _ms(floors(config, quant, s["lengths"], bw, b))}
             if quant == "int8":  # where the measured int8 lands: its floor or the copy's
                 row["copy_floor_ms"] = _ms(copy_floors(config, s["lengths"], bw, b))
+            if (which, quant, dtype) in KNOWN and s["depths"]:  # what the projection must give
+                row["known"] = KNOWN[which, quant, dtype]
             for path in s["paths"]:
-                row[path] = _guard(lambda: _forward_one(s, which, quant, dtype, path))
+                label = f"{path}-tuned" if s["tuning"] and quant != "none" else path
+                row[label] = _guard(lambda: _forward_path(s, which, quant, dtype, path))
             res["models"].setdefault(which, {})[quant] = row
             _merge_into(out, {"forward": res})  # what ran so far survives a later crash
     return res
 
 
-def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
+def _forward_path(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
+    """One path's forward times: at the model's depth, or (--depths) at two smaller ones,
+    each cell projected linearly in the layer count to the full depth."""
+    from measure.gguf_random import per_layer
+    from measure.gpu_bench import model_config
+
+    if not s["depths"]:
+        return _forward_one(s, which, quant, dtype, path)
+    if len(s["depths"]) != 2 or which == "smol-self":
+        raise ValueError("--depths takes two layer counts of a random-weight model")
+    full = model_config(which, dtype)["num_hidden_layers"]
+    runs = {d: _forward_one(s, which, quant, dtype, path, layers=d) for d in s["depths"]}
+    if any("ms" not in r for r in runs.values()):
+        return next(r for r in runs.values() if "ms" not in r)  # skipped
+    cells = runs[s["depths"][0]]["ms"]
+    ms = {k: round(per_layer({d: r["ms"][k] for d, r in runs.items()}, full), 4)
+          for k in cells}
+    return {"ms": ms, "layers": full, "depths": {str(d): r for d, r in runs.items()}}
+
+
+def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str,
+                 layers: int | None = None) -> dict:
     from measure.gpu_bench import free_cuda, make_target, model_source, time_forwards
     from models.target.quant import supported
     from models.target.eager import DTYPES
@@ -151,7 +190,7 @@ def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str) -> dict
     ok, why = supported(quant, s["device"], DTYPES[dtype])
     if not ok:
         return {"skipped": why}
-    name, model, group = model_source(which, s["device"], dtype)
+    name, model, group = model_source(which, s["device"], dtype, layers)
     t0 = time.perf_counter()
     n_ctx = max(s["lengths"]) + 2 * max(s["chunks"])
     target = make_target(path, name, s["device"], dtype, n_ctx, quant, tuple(s["chunks"]),
@@ -198,7 +237,7 @@ def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
 def part_methods(s: dict, out: Path) -> dict:
     """vanilla/sps/duo on smol-self with the compiled target (eager on the CPU), eager
     vanilla beside it, and gemma-smol where its files are here (not in the tiny mode)."""
-    q = _questions(out, s["prompts"])
+    q = questions(out, s["prompts"])
     on = "on" if s["device"] == "cuda" else "off"
     res = {"smol-self compiled": _bench(s, out, "smol-self", "vanilla,sps,duo", on, q),
            "smol-self eager": _bench(s, out, "smol-self", "vanilla", "off", q)}
@@ -207,7 +246,7 @@ def part_methods(s: dict, out: Path) -> dict:
     return res
 
 
-def _questions(out: Path, n: int, source: str = "prompts") -> Path:
+def questions(out: Path, n: int, source: str = "prompts") -> Path:
     """The first n project prompts (bench/SOURCE.jsonl) taken a category at a time."""
     rows = [json.loads(x) for x in (ROOT / "bench" / f"{source}.jsonl").read_text().splitlines()
             if x.strip()]
@@ -250,7 +289,7 @@ def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -
 
 def part_lookup(s: dict, out: Path) -> dict:
     """Lookup rounds (docs/lookup.md): duo with and without them on copy-heavy prompts."""
-    q = _questions(out, 1 if s["tiny"] else 5, "copy_prompts")
+    q = questions(out, 1 if s["tiny"] else 5, "copy_prompts")
     methods = "duo,duo-nolookup" + ("" if s["tiny"] else ",lookup")
     on = "on" if s["device"] == "cuda" else "off"
     return {"smol-self copy-heavy": _bench(s, out, "smol-self", methods, on, q)}
@@ -261,7 +300,7 @@ def part_llamacpp(s: dict, out: Path) -> dict:
     Q8_0) at two layer counts, projected to the full depth; the smol draft's CPU speed."""
     from models.pairs.catalog import draft_path, get_pair
 
-    q = _questions(out, min(4, s["prompts"]))
+    q = questions(out, min(4, s["prompts"]))
     res = {"peer": _bench(s, out, "smol-self", "llamacpp", "off", q)}
     res["random"] = _guard(lambda: _llama_random(s, out))
     draft = draft_path(get_pair("smol-self"))
@@ -342,6 +381,9 @@ def main(argv=None) -> Path:
     args = parse(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.write_questions:
+        print(questions(out, args.write_questions))
+        return out
     s = settings(args)
     for name in args.parts:
         t0 = time.perf_counter()

@@ -44,6 +44,7 @@ def _forward(f: dict, r: dict) -> list[str]:
     for model, quants in f["models"].items():
         out += [f"### {model}", "", "| precision | path | " + " | ".join(cols) + " |",
                 "|---|---|" + "---|" * len(cols)]
+        checks = []
         for quant, row in quants.items():
             floor = [f"{row['floor_ms'][c.split('@')[1]]:.3f}" for c in cols]
             out.append(f"| {quant} ({row['dtype']}) | floor | " + " | ".join(floor) + " |")
@@ -51,10 +52,29 @@ def _forward(f: dict, r: dict) -> list[str]:
                 copy = [f"{row['copy_floor_ms'][c.split('@')[1]]:.3f}" for c in cols]
                 out.append(f"| {quant} | floor with a bf16 weight copy | " + " | ".join(copy)
                            + " |")
-            for path in (k for k in row if k not in ("dtype", "floor_ms", "copy_floor_ms")):
-                out.append(f"| {quant} | {path} | " + " | ".join(_cells(row[path], cols, row))
-                           + " |")
-        out.append("")
+            for path in (k for k in row if k not in ROW_KEYS):
+                depths = row[path].get("depths")
+                how = f" (from {' and '.join(depths)} layers)" if depths else ""
+                out.append(f"| {quant} | {path}{how} | "
+                           + " | ".join(_cells(row[path], cols, row)) + " |")
+            checks += known_check(model, quant, row)
+        out += [""] + checks + ([""] if checks else [])
+    return out
+
+
+ROW_KEYS = ("dtype", "floor_ms", "copy_floor_ms", "known")  # a forward row's other keys: paths
+
+
+def known_check(model: str, quant: str, row: dict) -> list[str]:
+    """A projected row against the full-depth row measured before (gpu_bench.KNOWN)."""
+    known, out = row.get("known"), []
+    for path in (k for k in row if k not in ROW_KEYS and "depths" in row[k]):
+        if not known or known["path"] != path.removesuffix("-tuned") or "ms" not in row[path]:
+            continue
+        r = [row[path]["ms"][k] / v for k, v in known["ms"].items() if k in row[path]["ms"]]
+        if r:
+            out.append(f"- {model} {quant} {path}, projected / the full-depth row measured "
+                       f"on {known['machine']} ({known['date']}): {min(r):.2f}-{max(r):.2f}x")
     return out
 
 

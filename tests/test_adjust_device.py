@@ -32,6 +32,25 @@ def test_apply_adjust_equals_the_reference():
     np.testing.assert_allclose(got, apply_rows(logits, adjust), rtol=0, atol=1e-6)
 
 
+def test_masks_and_biases_go_to_the_device_through_the_pinned_upload(monkeypatch):
+    """The packed masks, the bias positions and their values: one `upload` each (pinned
+    memory on cuda), the same rows as before."""
+    import models.target.sampling as sampling
+
+    sent, upload = [], sampling.upload
+
+    def counted(host, device):
+        sent.append(host.dtype)
+        return upload(host, device)
+    monkeypatch.setattr(sampling, "upload", counted)
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(4, VOCAB)).astype(np.float32)
+    adjust = random_rows(rng, 4)
+    got = apply_adjust(torch.from_numpy(logits), adjust).numpy()
+    np.testing.assert_allclose(got, apply_rows(logits, adjust), rtol=0, atol=1e-6)
+    assert sorted(map(str, sent)) == ["torch.float32", "torch.int64", "torch.uint8"]
+
+
 def test_logprobs_equal_the_reference():
     rng = np.random.default_rng(1)
     logits = rng.normal(size=(3, VOCAB)).astype(np.float32)

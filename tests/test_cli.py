@@ -78,6 +78,8 @@ def test_prompt_file_and_streaming(tmp_path, capsys, monkeypatch, smol_pair):
     (["--prompt", "x", "--schedule", "turns"], "unrecognized arguments: --schedule"),
     (["--prompt", "x", "--draft-prefill", "gpu"], "--draft-prefill must be one of auto"),
     (["--prompt", "x", "--draft-attention", "fast"], "--draft-attention must be one of auto"),
+    (["--prompt", "x", "--compile-buckets", "1,0"], "--compile-buckets must be positive"),
+    (["--prompt", "x", "--compile-buckets", "8,a"], "--compile-buckets must be positive"),
     (["--prompt-file", "/does/not/exist.txt"], "cannot read prompt file"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, needle):
@@ -87,6 +89,15 @@ def test_bad_input_is_one_line_exit_2(capsys, args, needle):
     from scripts.generate import main
 
     assert needle in one_line_exit_2(capsys, lambda: main(args))
+
+
+def test_compile_buckets_reach_the_load_options_sorted():
+    from app.cli import load_options
+    from scripts.generate import parse
+
+    assert load_options(parse(["--prompt", "x", "--compile-buckets", "32,1,8"])
+                        ).compile_buckets == (1, 8, 32)
+    assert load_options(parse(["--prompt", "x"])).compile_buckets is None
 
 
 # a prompt longer than the window: tests/test_bad_input.py's test_generate_too_long_for_the_window

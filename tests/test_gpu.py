@@ -20,10 +20,10 @@ PROMPTS = ["Write a haiku about the sea.", "What is 17 times 23? Explain briefly
            "Translate to French: the cat sleeps on the warm windowsill."]
 N = 48
 TIE = 0.25  # two bfloat16 steps at these logit sizes (tests/test_target_dtype.py)
-# The CPU twins run one compiled tiny target (`cpu_compiled`: one window, one set of chunk
-# sizes, two graphs: the 1-token step and the dynamic chunk; a target of each twin's own
-# traced both again, about 6 CPU seconds each from the on-disk inductor cache); on cuda each
-# test keeps its own target and shapes.
+# The compiled twins share one compiled target a device (`cpu_compiled`, `cuda_compiled`: one
+# window, one set of chunk sizes, float32, two graphs: the 1-token step and the dynamic
+# chunk). A target of each twin's own traced both again: about 6 CPU seconds each from the
+# on-disk inductor cache, and 75-94 s each on an H100 beside five other workers (2026-11-27).
 CPU_CTX, CPU_BUCKETS = 600, (1, 4, 16)  # two sizes past 1: the dynamic chunk, as the app's
 # a compile of smol-self's step on cuda takes about 30 s a chunk size (H200, 2026-11-26): the
 # pairs loaded here compile three sizes, not the app's six (chunks pad up to the next size)
@@ -53,23 +53,28 @@ def cpu_compiled():
     owner.stop()
 
 
+@pytest.fixture(scope="module")
+def cuda_compiled():
+    """The cuda twins' compiled target (smol-self, float32: the argmax check's dtype, no TF32;
+    CPU_CTX, CPU_BUCKETS), shared as on the CPU, made and run on this thread (the owner
+    thread's own check: tests/test_owner_thread.py)."""
+    from torch._dynamo.utils import counters
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    target = static("cuda", "float32", CPU_CTX, CPU_BUCKETS)
+    target.warm_graphs = counters["stats"]["unique_graphs"]
+    yield target
+    target.close()
+
+
 @contextmanager
-def compiled_target(request, device, dtype, n_ctx, buckets):
-    """The shared `cpu_compiled` target on the CPU (empty; left to the fixture), on cuda a
-    compiled target of the twin's own (closed after it)."""
-    if device == "cpu":
-        target = request.getfixturevalue("cpu_compiled")
-        assert (target.dtype, target.n_ctx, target.buckets) == (dtype, n_ctx, buckets)
-        assert target.model is not None, "the switch test (after the twins) closed it"
-        target.rollback(0)
-        yield target
-        target.rollback(0)
-        return
-    target = static(device, dtype, n_ctx, buckets)
-    try:
-        yield target
-    finally:
-        target.close()
+def compiled_target(request, device):
+    """The device's shared compiled target, empty (and left empty: the fixture closes it)."""
+    target = request.getfixturevalue(f"{device}_compiled")
+    assert target.model is not None, "the switch test (after the twins) closed it"
+    target.rollback(0)
+    yield target
+    target.rollback(0)
 
 
 def needs_sm80(device: str, what: str) -> None:
@@ -118,17 +123,15 @@ def text_ids(device: str, n: int) -> list[int]:
 
 def test_cuda_graphs_engage_across_rollbacks(device, request):
     """No cudagraph skip while the compiled target runs and rolls back (a skip would fall back
-    to plain kernels silently; cudagraph_or_error turns it into an error); bf16 on cuda."""
+    to plain kernels silently; cudagraph_or_error turns it into an error). The shared target
+    is float32; bf16's graphs engage in the owner-thread test (tests/test_owner_thread.py)
+    and the memory-cap test, both run under TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1."""
     from torch._dynamo.utils import counters
 
-    dtype = "bfloat16" if device == "cuda" else "float32"
-    needs_sm80(device, "bfloat16")
     if device == "cuda":
         torch._inductor.config.triton.cudagraph_or_error = True
     before = counters["inductor"]["cudagraph_skips"]
-    cpu = device == "cpu"
-    with compiled_target(request, device, dtype, CPU_CTX if cpu else 256,
-                         CPU_BUCKETS if cpu else (1, 8)) as target:
+    with compiled_target(request, device) as target:
         target.logits(list(range(100, 140)), 1)
         for n in (40, 20, 39):
             target.rollback(n)
@@ -158,8 +161,7 @@ def _refilled(steps, text):
 def test_compiled_static_argmax_equals_eager_in_float32(device, request):
     """Same rows' argmax across rollbacks and up to the window's last slot (float32, no TF32)."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    cpu = device == "cpu"
-    n_ctx = CPU_CTX if cpu else 160
+    n_ctx = CPU_CTX
     text = text_ids(device, n_ctx)
     p = text[:120]
     steps = _refilled([(0, p), (120, p[:8]), (124, p[8:9]), (100, p[10:42]), (128, p[:3]),
@@ -167,8 +169,7 @@ def test_compiled_static_argmax_equals_eager_in_float32(device, request):
     reference = eager(device, "float32", n_ctx)
     want = _argmaxes(reference, steps)
     reference.close()
-    buckets = CPU_BUCKETS if cpu else (1, 2, 4, 8, 16, 32)  # on the CPU 32 tokens run eager
-    with compiled_target(request, device, "float32", n_ctx, buckets) as target:
+    with compiled_target(request, device) as target:  # a 32-token chunk runs eager
         got = _argmaxes(target, steps)
     assert got == want
 
@@ -180,8 +181,6 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
 
     from models.target.attention import ALIGN
 
-    dtype = "bfloat16" if device == "cuda" else "float32"
-    needs_sm80(device, "bfloat16")
     ids = text_ids(device, 400)
 
     def fill(target):
@@ -192,8 +191,7 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
             size = 8 if n % 16 else 1
             target.logits(ids[n:n + size], 1)
             n += size
-    # the same shapes on cuda
-    with compiled_target(request, device, dtype, CPU_CTX, CPU_BUCKETS) as target:
+    with compiled_target(request, device) as target:
         assert all(s % ALIGN == 0 for s in target.spans)  # the last span too
         fill(target)
         graphs = counters["stats"]["unique_graphs"]
@@ -214,9 +212,8 @@ def test_one_dynamic_graph_serves_every_chunk_length(device, request):
 
     reference = static(device, "float32", CPU_CTX, CPU_BUCKETS, compile=False)
     ids = text_ids(device, 320)
-    with compiled_target(request, device, "float32", CPU_CTX, CPU_BUCKETS) as target:
-        # on the CPU since the shared target's warm-up: the other twins' chunks too
-        graphs = getattr(target, "warm_graphs", counters["stats"]["unique_graphs"])
+    with compiled_target(request, device) as target:
+        graphs = target.warm_graphs  # since the shared target's warm-up: the other twins' too
         skips = counters["inductor"]["cudagraph_skips"]
         lengths = (1, 3, EXACT_FROM + 1)  # on the CPU past EXACT_FROM unpadded
         assert [target._size(n) for n in lengths] == [1, 4, 16 if device == "cuda" else 9]
@@ -273,6 +270,64 @@ def test_threads_other_than_the_importer_set_up_their_graph_trees(cpu_compiled, 
             owner.stop()
 
 
+@pytest.mark.parametrize("own_setup", [True, False], ids=["torch-2.13", "torch-2.11"])
+def test_a_reset_on_a_fresh_thread_empties_the_trees_graph_thread_set_up(own_setup,
+                                                                        monkeypatch):
+    """graph_thread stashes a fresh thread's trees in torch's thread-local state, where
+    reset_cudagraph_trees looks (torch 2.13 returns early, freeing nothing, where it finds
+    none): after a lookup there, a reset leaves the thread's container empty. With torch's
+    `_initialize_tls`, and without it (torch 2.11 has none: graph_thread's own steps)."""
+    from torch._inductor import cudagraph_trees as trees
+
+    from models.owner import Owner
+    from models.target.static import graph_thread
+
+    if not own_setup:
+        monkeypatch.delattr(trees, "_initialize_tls", raising=False)
+
+    def set_up_look_up_reset():
+        graph_thread()
+        trees.get_container(0)
+        containers = trees.get_obj(trees.local, "tree_manager_containers")
+        held = len(containers)
+        trees.reset_cudagraph_trees()
+        return held, len(containers)
+
+    owner = Owner()
+    try:
+        assert owner.call(set_up_look_up_reset) == (1, 0)
+    finally:
+        owner.stop()
+
+
+def test_the_warm_up_runs_each_chunk_size_in_every_span_a_generation_reaches():
+    """With CUDA graphs (one recorded per chunk size and span) the warm-up runs each size
+    three times in every span up to the window's end, a padded chunk at the end included;
+    without them (one compiled graph for every span) in the first span alone."""
+    from collections import Counter
+
+    target = static("cpu", "float32", CPU_CTX, CPU_BUCKETS, compile=False)
+    ran = Counter()
+
+    def step(upload, offsets, keys):
+        ran[(offsets.shape[0], keys.shape[0])] += 1
+        return decode(upload, offsets, keys)
+
+    decode, target._step, target._exact = target._step, step, False  # chunks pad, as on cuda
+    try:
+        target.warm_up()
+        assert ran == Counter({(size, 256): 3 for size in CPU_BUCKETS})
+        ran.clear()
+        target._graphs = True
+        target.warm_up()
+        assert target.spans == [256, 384, 512, 640]
+        assert ran == Counter({(size, span): 3 for size in CPU_BUCKETS
+                               for span in target.spans})
+        assert target.n_cached == 0
+    finally:
+        target.close()
+
+
 def test_switching_compiled_targets_frees_their_compiled_code(cpu_compiled):
     """A pair switch on the owner thread: the CPU twins' compiled target (made there) closed,
     another compiled tiny target of the same shapes loaded, run and closed there. Each close
@@ -310,10 +365,11 @@ QUANTS = [pytest.param(("cpu", "int8", "float32"), id="cpu-int8"),
 
 
 @pytest.fixture(scope="module", params=QUANTS)
-def quant_pair(request, pair_with):
+def quant_pair(request):
     """smol-self in int8 (float32) or int4 (bfloat16): compiled on cuda, eager on the CPU
     (where test_quant_target covers the rest; this twin checks the calls), with the target
-    cut to a few layers there as in test_quant_target (its int8 copy, made once)."""
+    cut to a few layers there as in test_quant_target (its int8 copy, made once). The CPU
+    reference pair (`pair_with`) only for the CPU twin: on cuda it is not needed."""
     from models.loader import LoadOptions, Pair
 
     device, quant, dtype = request.param
@@ -321,7 +377,7 @@ def quant_pair(request, pair_with):
     if device == "cpu":
         from tests.cut_target import load_cut
 
-        yield load_cut(pair_with, target_quant=quant, dtype=dtype)
+        yield load_cut(request.getfixturevalue("pair_with"), target_quant=quant, dtype=dtype)
         return
     pair = Pair("smol-self", LoadOptions(device=device, dtype=dtype, target_quant=quant,
                                          target_compile="on", compile_buckets=GPU_BUCKETS))

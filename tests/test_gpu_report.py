@@ -122,3 +122,19 @@ def test_the_lookup_part_runs_duo_with_and_without_lookup_drafts(tmp_path, pair_
     md = (tmp_path / "report.md").read_text()
     assert "## Lookup rounds" in md and "x duo-nolookup (median per prompt)" in md
     assert "| duo-nolookup |" in md
+
+
+def test_a_projected_row_is_checked_against_the_known_full_depth_row():
+    from measure.gpu_bench import KNOWN
+
+    known = KNOWN["llama8b", "none", "bfloat16"]
+    projected = {k: v * 1.1 for k, v in known["ms"].items()}
+    fwd = {"lengths": [128, 1024, 4096], "chunks": [1, 8, 32], "copy_bandwidth_gbs": 2832.0,
+           "models": {"llama8b": {"none": {
+               "dtype": "bfloat16", "floor_ms": {"128": 5.3, "1024": 5.35, "4096": 5.49},
+               "known": known, "compiled": {"ms": projected, "layers": 32,
+                                            "depths": {"2": {}, "4": {}}}}}}}
+    md = render({"forward": fwd})
+    assert "| none | compiled (from 2 and 4 layers) |" in md
+    assert "projected / the full-depth row measured on NVIDIA H100 80GB HBM3 (2026-11-27): " \
+           "1.10-1.10x" in md

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
 import shutil
 import tempfile
@@ -127,19 +128,25 @@ def process_settings_kept():
         torch.set_float32_matmul_precision(precision)
 
 
-def inductor_options() -> dict:
+def inductor_options(tuning: bool | None = None) -> dict:
     """torchao's recommended inductor settings for quantized weights, as the options of one
     torch.compile (they apply to that compile only): the names and values its
-    recommended_inductor_config_setter sets, read from it into a scratch config."""
+    recommended_inductor_config_setter sets, read from it into a scratch config. Its
+    coordinate-descent tuning only with `tuning` (None: DUO_QUANT_TUNING=on): it made the
+    compiles of the 8B int4 forward and of smol-self's int8 overrun their minutes on an H100
+    (2026-11-27), for a speed not yet measured against the compile without it."""
     _torchao()
     from torchao.quantization.utils import recommended_inductor_config_setter
 
+    if tuning is None:
+        tuning = os.environ.get("DUO_QUANT_TUNING", "off") == "on"
     config = torch._inductor.config
     before = config.get_config_copy()
     with process_settings_kept():
         recommended_inductor_config_setter()
         after = config.get_config_copy()
-    return {k: v for k, v in after.items() if before.get(k) != v}
+    return {k: v for k, v in after.items() if before.get(k) != v
+            and (tuning or not k.startswith("coordinate_descent"))}
 
 
 def config_for(kind: str, device: str, group: int) -> object:

@@ -29,7 +29,8 @@ def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
 
 def apply_adjust(logits: torch.Tensor, adjust: Adjustments | None) -> torch.Tensor:
     """core/constraints.apply_rows on the device: one upload of the packed masks and one of
-    the sparse biases, unpacked and applied there (a new tensor; the raw rows stay)."""
+    the sparse biases (through pinned memory: `upload`), unpacked and applied there (a new
+    tensor; the raw rows stay)."""
     if adjust is None or not adjust.changes_logits:
         return logits
     x = logits.float().clone()
@@ -46,8 +47,8 @@ def _add_bias(x: torch.Tensor, biased: list) -> None:
     ids = np.concatenate([r.bias_ids for _, r in biased])
     values = np.concatenate([r.bias_values for _, r in biased])
     keep = ids < x.shape[1]
-    index = torch.from_numpy(np.stack([rows[keep], ids[keep]])).to(x.device)
-    x.index_put_((index[0], index[1]), torch.from_numpy(values[keep]).to(x.device),
+    index = upload(torch.from_numpy(np.stack([rows[keep], ids[keep]])), x.device)
+    x.index_put_((index[0], index[1]), upload(torch.from_numpy(values[keep]), x.device),
                  accumulate=True)
 
 
@@ -59,7 +60,7 @@ def _refused(rows: list, vocab: int, device) -> torch.Tensor:
     for i, r in enumerate(rows):
         if r.allowed is not None:
             words[i] = r.allowed
-    packed = torch.from_numpy(words.view(np.uint8)).to(device).int()
+    packed = upload(torch.from_numpy(words.view(np.uint8)), device).int()
     refused = _bit_table(device)[packed].reshape(len(rows), -1)
     if refused.shape[1] < vocab:  # tokens past the words are refused
         refused = torch.nn.functional.pad(refused, (0, vocab - refused.shape[1]), value=True)

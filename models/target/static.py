@@ -222,18 +222,37 @@ class StaticTarget(TorchTarget):
 
     def warm_up(self, progress=None) -> float:
         """Compile every bucket now (cached on disk: a second start reuses the kernels), each
-        three times (CUDA graphs record on a later call than the first)."""
+        three times (CUDA graphs record on a later call than the first) in each span it warms
+        (warm_points)."""
         t0 = time.perf_counter()
         for i, size in enumerate(self.buckets, 1):
             if progress:
                 progress(f"compiling the target forward: chunk {size} ({i}/{len(self.buckets)})")
-            for _ in range(3):
-                self.rollback(0)
-                self.score([1] * size, 1, SamplingConfig())
+            for start, length in self.warm_points(size):
+                for _ in range(3):
+                    self.rollback(0)
+                    self.cached_ids = [1] * start  # the slots' contents do not matter here
+                    self.score([1] * length, 1, SamplingConfig())
         self.rollback(0)
         self.synchronize()
         self.warm_up_s = time.perf_counter() - t0
         return self.warm_up_s
+
+    def warm_points(self, size: int) -> list[tuple[int, int]]:
+        """(cached tokens, chunk length) that run a `size` chunk in each span a generation can
+        reach with it: with CUDA graphs every such span (one is recorded per size and span;
+        a generation crossing a span unwarmed recorded it inside a measured prompt), else the
+        first alone (one compiled graph serves every span). Past the first span the chunk is
+        the shortest that pads to `size`, so a padded chunk at the window's end is warmed too."""
+        points = [(0, size)]
+        if not self._graphs:
+            return points
+        length = max((b for b in self.buckets if b < size), default=0) + 1
+        for low, high in zip(self.spans, self.spans[1:]):
+            end = min(high, self.n_ctx - length + size)  # where the padded chunk ends
+            if end > low:
+                points.append((end - size, length))
+        return points
 
     def close(self) -> None:
         """Free the buffers and weights; the last compiled target to close also drops the
@@ -261,16 +280,23 @@ _GRAPH_THREAD = threading.local()  # .ready: this thread's trees are set up
 
 def graph_thread() -> None:
     """Set up inductor's CUDA-graph trees on this thread, once (a step calls it: one lookup
-    after the first). It keeps them in a threading.local that only the importing thread has;
-    torch before 2.13 asserts on any other thread (pytorch issue 123177; the owner thread
-    failed so under torch 2.11 on the first H100 run)."""
+    after the first). It keeps them in a threading.local that only the importing thread has,
+    stashed in torch's thread-local state, where reset_cudagraph_trees looks first (torch 2.13
+    returns early, freeing nothing, on a thread without them). torch before 2.13 asserts on
+    any other thread (pytorch issue 123177; the owner thread failed so under torch 2.11 on
+    the first H100 run). Torch's own `_initialize_tls` where it has one, else the same steps."""
     if getattr(_GRAPH_THREAD, "ready", False):
         return
     from torch._inductor import cudagraph_trees as trees
 
-    if not hasattr(trees.local, "tree_manager_containers"):
-        trees.local.tree_manager_containers = {}
-        trees.local.tree_manager_locks = defaultdict(threading.Lock)
+    if not torch._C._is_key_in_tls("tree_manager_containers"):
+        if hasattr(trees, "_initialize_tls"):
+            trees._initialize_tls(trees.local)
+        else:
+            trees.local.tree_manager_containers = {}
+            trees.local.tree_manager_locks = defaultdict(threading.Lock)
+            for name in ("tree_manager_containers", "tree_manager_locks"):
+                torch._C._stash_obj_in_tls(name, getattr(trees.local, name))
     _GRAPH_THREAD.ready = True
 
 
