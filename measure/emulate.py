@@ -15,6 +15,7 @@ from measure.oracle import Oracle, Refused, oracle_path
 
 CLOCKS = ("profile", "shadow")
 SHAPES = ("llama8b", "tiny")  # the shadow clock's (measure/gpu_bench.py)
+SHADOW_BUCKETS = (1, 8, 32)  # the shadow's compiled chunk lengths (a full 8B compile is minutes)
 SCALE_CONTEXT = 64  # the scale's draft probe: 16 tokens after this many, as the profiler's
 
 
@@ -121,8 +122,7 @@ def shadow_target(shape: str, device: str, n_ctx: int, dtype: str = "bfloat16"):
     dtype = dtype if device.startswith("cuda") else "float32"
     model = random_model(config, device, DTYPES[dtype])
     path = "compiled" if device.startswith("cuda") else "eager"
-    return make_target(path, shape, device, dtype, n_ctx, "none", (1, 2, 4, 8, 16, 32),
-                       model=model)
+    return make_target(path, shape, device, dtype, n_ctx, "none", SHADOW_BUCKETS, model=model)
 
 
 # -- the target -------------------------------------------------------------------------------
