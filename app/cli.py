@@ -165,8 +165,13 @@ def check_methods(names: list[str]) -> list[str]:
 
 
 def quiet_logs() -> None:
+    """Our progress lines on stderr; the libraries' notes the user cannot act on dropped
+    (models/quiet.py)."""
+    from models.quiet import quiet_imports
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    quiet_imports()
 
 
 def fail(msg: str) -> None:

@@ -1,6 +1,7 @@
 """Keeps the libraries off the user's terminal: llama.cpp's log lines, transformers' load
 progress bars and its warnings go to Python logging at debug level (`duo.llama`,
-`duo.transformers`), where a debug log or a test can still read them."""
+`duo.transformers`), where a debug log or a test can still read them; torchao's import notes
+the user cannot act on are dropped by message."""
 from __future__ import annotations
 
 import ctypes
@@ -10,10 +11,40 @@ llama_log = logging.getLogger("duo.llama")
 _routed: dict = {}  # what is installed; the llama.cpp callback must outlive every call
 
 
+# What torchao and torch's pytree say when torchao is imported on a machine without CUDA or
+# Triton: its optional CUDA kernels fail to load, its Triton kernels are missing, and its
+# enums are registered the deprecated way. None changes what runs (CPU kernels live in torch).
+QUIET = {"torchao": ("Failed to load ", "Skipping import of cpp extensions"),
+         "torchao.kernel.intmm": ("Warning: Detected no triton",),
+         "torch.utils._pytree": ("is an Enum subclass and is now natively supported",)}
+
+
 def quiet_libraries() -> None:
-    """Route both libraries' output to logging (once per process)."""
+    """Route llama.cpp's and transformers' output to logging and drop torchao's import notes
+    (once per process, before torchao is imported)."""
     route_llama_logs()
     route_transformers()
+    quiet_imports()
+
+
+def quiet_imports() -> None:
+    """Each QUIET logger drops its records that start with (or hold) those texts; every
+    other record, an error too, passes."""
+    if "imports" in _routed:
+        return
+    for name, texts in QUIET.items():
+        logging.getLogger(name).addFilter(_Drop(texts))
+    _routed["imports"] = True
+
+
+class _Drop(logging.Filter):
+    def __init__(self, texts: tuple[str, ...]):
+        super().__init__()
+        self.texts = texts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(text in message for text in self.texts)
 
 
 def route_llama_logs() -> None:

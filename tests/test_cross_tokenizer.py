@@ -244,14 +244,14 @@ def test_gemma_smol_loads_a_translating_vocabulary(gemma_pair):
 # duo-multi is the default (overlapped, the policy picks one sequence or more; on a CPU it
 # keeps one, where a `multi_seq=False` case would run the same rounds again). The prompts'
 # scripts are what the translation is tested on, the rounds (accepted, rejected, rolled back)
-# what the method is: `sps` and the default run every prompt (each case sees rejections and
-# checks so), and duo-k2-seq (two verify rows a round, the slowest) the ones whose cuts
+# what the method is: `sps` (at a fixed gamma: its rejections checked) and the default run
+# every prompt, and duo-k2-seq (two verify rows a round, the slowest) the ones whose cuts
 # differ most between the tokenizers: accents, Chinese, emoji with joiners, code.
 HARD = (1, 2, 4, 3)
 
 
 @pytest.mark.parametrize("method,opts,prompts", [
-    ("sps", {}, range(len(PROMPTS))),
+    ("sps", {"gamma": 4}, range(len(PROMPTS))),
     ("duo", {"gamma": 3, "static_k": 2, "sequential": True}, HARD),
     ("duo", {}, range(len(PROMPTS))),
 ], ids=["sps", "duo-k2-seq", "duo-multi"])
@@ -269,7 +269,9 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
             assert v["ctx_draft_redone"] * 10 <= v["ctx_draft_kept"], (prompt, v)
         kept += stats["accepted"]
         rejected += stats["drafted"] - stats["accepted"]
-    assert kept > 0 and rejected > 0  # translated drafts were taken, and rolled back
+    # translated drafts were taken, and rolled back (at a fixed gamma: the budget's own
+    # follows the timings and may leave the drafting to the target alone)
+    assert "gamma" not in opts or kept > 0 and rejected > 0
 
 
 def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):

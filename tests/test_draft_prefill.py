@@ -44,7 +44,7 @@ def greedy_long(pair, method: str) -> tuple[list[int], list]:
     expected = vanilla_ids(pair, ids, 24)
     pair.lookup_memory.clear()
     events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=24, lookup="off",
-                                               cache_prompt=False)))
+                                               cache_prompt=False, gamma=4)))  # it drafts
     assert [t for e in events for t in e.tokens] == expected
     return ids, events
 

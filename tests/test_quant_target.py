@@ -43,7 +43,7 @@ def int4_pair(pair_with):
     return load_cut(pair_with, target_quant="int4", dtype="bfloat16")
 
 
-@pytest.mark.parametrize("method,options", [("sps", {}), ("duo", {}),
+@pytest.mark.parametrize("method,options", [("sps", {"gamma": 4}), ("duo", {}),
                                             ("duo", {"gamma": 6, "multi_seq": False})])
 def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
     assert int8_pair.target.quant == "int8"
@@ -55,7 +55,8 @@ def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
         assert got == expected, f"{method} {options} on int8, {prompt!r}"
         assert stats["target_quant"] == "int8"
         rejected += stats["drafted"] - stats["accepted"]
-    assert rejected > 0  # rolled back on the int8 target
+    # rolled back on the int8 target (at a fixed gamma: the budget's own follows the timings)
+    assert "gamma" not in options or rejected > 0
 
 
 @pytest.mark.parametrize("method", ["sps", "duo"])
@@ -65,7 +66,7 @@ def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
     for prompt in PROMPTS:
         ids = int4_pair.prompt_ids(prompt)
         expected = vanilla_ids(int4_pair, ids, N)
-        got, stats = run(int4_pair, ids, method=method)
+        got, stats = run(int4_pair, ids, method=method, gamma=4)  # fixed: it drafts
         rejected += stats["drafted"] - stats["accepted"]
         i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
         if i is None:

@@ -26,3 +26,19 @@ def test_a_quiet_start_within_the_draft_s_trained_window(pair_with, capfd, caplo
     trained = pair.drafter.model.n_ctx_train()
     assert pair.target.n_ctx == trained  # smol-self: both trained at 8192
     assert pair.drafter.n_ctx == trained  # asked for the target's window + 64
+
+
+def test_torchao_s_import_notes_are_dropped_and_nothing_else(caplog):
+    """torchao's optional kernels that cannot load, its missing Triton and torch's pytree
+    deprecation (models/quiet.py, QUIET) say nothing the user can act on; any other record
+    of those loggers, a warning or an error, still goes out."""
+    from models.quiet import QUIET, quiet_imports
+
+    quiet_imports()
+    caplog.set_level(logging.WARNING)
+    for name, texts in QUIET.items():
+        for text in texts:
+            logging.getLogger(name).warning("%s /x/_C_mxfp8.so: Could not load", text)
+        logging.getLogger(name).warning("a warning of %s the user must see", name)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"a warning of {name} the user must see" for name in QUIET], said

@@ -69,7 +69,9 @@ def test_greedy_identical_to_vanilla(smol_pair, oracle, method, gamma, prompts):
         assert stats["new_tokens"] == len(expected) <= N
         assert stats["rounds"] > 0 and stats["drafted"] >= stats["accepted"]
         rejected += stats["drafted"] - stats["accepted"]
-    assert rejected > 0  # the rollbacks this case is for did happen
+    # the rollbacks this case is for did happen (at a fixed gamma: the budget's own gamma
+    # follows this machine's timings, and may leave the drafting to the target alone)
+    assert gamma is None or rejected > 0
 
 
 def test_duo_sequential_switch_gives_same_tokens(smol_pair, oracle):

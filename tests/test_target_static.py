@@ -287,7 +287,8 @@ def oracle(cut):
 
 
 @pytest.mark.parametrize("method,options", [
-    ("vanilla", {}), ("sps", {}), ("duo", {}), ("duo", {"gamma": 6, "multi_seq": False})])
+    ("vanilla", {}), ("sps", {"gamma": 4}), ("duo", {}),
+    ("duo", {"gamma": 6, "multi_seq": False})])
 def test_compiled_greedy_identical_to_eager_vanilla(compiled, oracle, method, options):
     rejected = 0
     for prompt in GREEDY:
@@ -295,7 +296,9 @@ def test_compiled_greedy_identical_to_eager_vanilla(compiled, oracle, method, op
         assert got == oracle[prompt], f"{method} {options} on the compiled target, {prompt!r}"
         assert stats["target_path"] == "static-compiled"
         rejected += stats["drafted"] - stats["accepted"]
-    assert method == "vanilla" or rejected > 0  # drafts rolled back on the compiled target
+    # drafts rolled back on the compiled target (at a fixed gamma: the budget's own gamma
+    # follows the timings)
+    assert "gamma" not in options or rejected > 0
 
 
 def test_grammar_biases_and_penalties_on_the_compiled_target(cut, compiled):

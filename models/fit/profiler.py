@@ -24,6 +24,9 @@ from models.pairs.convert import cache_root, write_atomic
 GREEDY = SamplingConfig()
 MAX_SEQS = 4
 ROUNDS = 3  # timed rounds per measurement (after one warm-up round); the minimum is kept
+# verify lengths a profile times (the rest interpolated: the budget learns each length
+# bucket's own scale as it runs); all 32 took 26-34 CPU seconds for smol-self, 2-core Xeon
+VERIFY_SIZES = (1, 2, 4, 8, 16, 32)
 BUSY = 0.25  # other processes' share of the cores above which a measurement was "under load"
 
 
@@ -147,7 +150,7 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
     _PROFILES_LOOKED_UP.add(key)
     entry = measured("profiles.json", key, lambda: measure(drafter, target).to_dict(),
                      remeasure, progress, "profiling the draft budget (draft time per token, "
-                     "target verify time 1..32)", check_load=first)
+                     "target verify time at 1 to 32 tokens)", check_load=first)
     profile = Profile.from_dict(entry["value"])
     profile.load = entry["load"]
     return profile
@@ -191,20 +194,22 @@ def fastest_threads(times: dict[int, float], tolerance: float = 0.03) -> int:
 def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
             verify_n: int = MAX_VERIFY, seqs: int = MAX_SEQS) -> Profile:
     """The draft's time per token and per batched step of 2..seqs sequences and the target's
-    forward of 1..verify_n tokens, interleaved round by round; the probes fit a small window
-    (a shorter context first, then fewer verify sizes: the profile extrapolates those)."""
+    forward of 1..verify_n tokens (timed at VERIFY_SIZES and verify_n, the rest interpolated),
+    interleaved round by round; the probes fit a small window (a shorter context first, then
+    fewer verify sizes: the profile extrapolates those)."""
     verify_n = max(1, min(verify_n, target.n_ctx // 2))
     context_len = max(1, min(context_len, target.n_ctx - verify_n))
     ctx = [int(t) for t in np.random.default_rng(0).integers(100, 1000, context_len)]
     probes = {"draft": lambda: draft_once(drafter, ctx, 16) / 16}
     probes |= {k: (lambda k=k: step_once(drafter, ctx, k)) for k in range(2, seqs + 1)}
-    probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n))
-               for n in range(1, verify_n + 1)}
+    sizes = sorted({n for n in VERIFY_SIZES if n < verify_n} | {verify_n})
+    probes |= {f"verify{n}": (lambda n=n: verify_once(target, ctx, n)) for n in sizes}
     with drafter.preserved(), target.preserved(context_len + verify_n):  # a chat's caches kept
         target.score(ctx, 1, GREEDY)  # the context is cached once; each verify rolls back to it
         best = interleaved(probes, rounds)
     steps = {1: best["draft"]} | {k: best[k] for k in range(2, seqs + 1)}
-    verify = [best[f"verify{n}"] for n in range(1, verify_n + 1)]
+    verify = np.interp(range(1, verify_n + 1), sizes,
+                       [best[f"verify{n}"] for n in sizes]).tolist()
     return Profile(draft_token_s=best["draft"], verify_s=verify, draft_step_s=steps,
                    device=target.device)
 

@@ -107,9 +107,8 @@ def _gguf_parsed_once():
 
 
 def say(progress, msg: str) -> None:
-    log.info(msg)
-    if progress is not None:
-        progress(msg)
+    """To `progress` (the loader's: the terminal's log or the page's), else to the log."""
+    (progress or log.info)(msg)
 
 
 def own_tmp(path: Path) -> Path:

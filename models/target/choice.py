@@ -11,9 +11,11 @@ from pathlib import Path
 from models.fit.memory import MIN_CTX, trained_window
 from models.target.modes import COMPILE_CHOICES, QUANT_CHOICES
 
-# the CPU's default path: eager, since the compiled one costs minutes of compiling at a first
-# start and seconds at every later one, for 20% a token (1+8-token forwards 41.0 against
-# 52.3 ms, smol-self at 1 thread, 2-core Intel Xeon, 2026-11-27)
+# the CPU's default path: eager. The compiled one costs minutes of compiling at a first start
+# and seconds at every later one, for 20% a token (1+8-token forwards 41.0 against 52.3 ms,
+# smol-self at 1 thread, 2-core Intel Xeon, 2026-11-27); the static cache uncompiled is no
+# faster than eager (1/8/16-token verifies 59/97/122 ms against 57/99/127, one thread,
+# 2-core AMD EPYC VM, 2026-12-01)
 CPU_PATH = "eager on the CPU (the compiled path: --target-compile on)"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import platform
 import shutil
@@ -22,11 +21,11 @@ CACHE_FORMAT = 1
 
 
 def quiet_torchao() -> None:
-    """torchao's CUDA extensions cannot load on a CPU-only torch and it warns so on import (the
-    CPU kernels live in torch itself), plus deprecation notes from torch's pytree. transformers
-    imports torchao inside every from_pretrained once it is installed, so this holds for good."""
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    """torchao's import notes (models/quiet.py: they change nothing that runs), and a hashing
+    note transformers' from_pretrained gives about its tensors."""
+    from models.quiet import quiet_imports
+
+    quiet_imports()
     warnings.filterwarnings("ignore", message=".*does not implement _stable_hash_for_caching")
 
 
