@@ -105,31 +105,6 @@ class DraftBudget:
         tokens = pi_full * tokens_full + (1 - pi_full)
         return tokens / (pi_full * t_full + (1 - pi_full) * t_empty)
 
-    def catch_up(self) -> int:
-        """After a round that leaves no draft (a rejection nothing was pre-drafted for, or a
-        guess that missed): how many draft tokens the target waits for before its next
-        verify; 0: it verifies no draft (one token of its own) while the chunk drafts
-        beside. The two-state chain of expected_rate with that recovery: waiting pays where a
-        draft token is cheap against a verify and acceptance is low (at acceptance 0.6 and a
-        draft token a tenth of a forward it gives 1.13x, at a third of one nothing)."""
-        if self.fixed or not self.gamma or not self.overlap:
-            return 0
-        a = min(max(self.alpha, 0.01), 0.995)
-        return max(range(self.gamma + 1), key=lambda w: self._recovered_rate(self.gamma, w, a))
-
-    def _recovered_rate(self, gamma: int, wait: int, a: float) -> float:
-        t_full = max(self.verify_s(gamma + 1), self.draft_s(gamma + 1))
-        tokens_full, stay = (1 - a ** (gamma + 1)) / (1 - a), a ** (gamma + 1)
-        if wait:
-            t_rec = self.draft_s(wait) + max(self.verify_s(wait + 1), self.draft_s(gamma + 1))
-            tokens_rec, enter = (1 - a ** (wait + 1)) / (1 - a), a ** (wait + 1)
-        else:
-            t_rec = max(self.verify_s(1), self.draft_s(self.empty_chunk(gamma)))
-            tokens_rec, enter = 1.0, a
-        pi_full = enter / (enter + 1 - stay)
-        return ((pi_full * tokens_full + (1 - pi_full) * tokens_rec) /
-                (pi_full * t_full + (1 - pi_full) * t_rec))
-
     def predraft_rate(self, gamma: int, hit: float, depth: int, extra_s: float,
                       alpha: float | None = None) -> float:
         """expected_rate (duo) when a round ends with probability `hit` in a rejection whose

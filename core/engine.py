@@ -313,16 +313,5 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             yield ev
             if ev.done:
                 return
-            if not draft and (wait := budget.catch_up()):
-                draft, short = _catch_up(run, worker, wait), True
     finally:
         close_worker(run, worker)
-
-
-def _catch_up(run: Run, worker, n: int) -> Draft:
-    """The target waits for the draft's next `n` tokens (the budget priced that above
-    verifying no draft): the next round verifies them while the chunk after drafts."""
-    t0 = time.perf_counter()
-    chunk = worker.submit(run.ctx, run.draft_room(n)).result()
-    run.stats.rejection_idle_s += time.perf_counter() - t0
-    return Draft() if worker.failed else chunk.proposal.main
