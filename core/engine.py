@@ -209,10 +209,12 @@ def _prefill_beside(run: Run, worker, budget: DraftBudget) -> Iterator[Event]:
     job = worker.submit(run.ctx, 0)
     while True:
         ev = plain_round(run, budget, time.perf_counter())
-        if ev.done or job.done():
+        if ev.done or job.done() or job.overdue():
             break
         yield ev
-    job.cancel()
+    if ev.done:  # the prefill is not wanted: it stops between batches
+        job.cancel()
+    job.result()  # a draft that hung is a failure: the target goes on alone
     yield ev
     return ev.done
 

@@ -47,14 +47,23 @@ class DraftJob:
                  timeout_s: float | None = None):
         self._future, self._stop, self._worker = future, stop, worker
         self._timeout_s = timeout_s
+        self._started = time.perf_counter()
         self._drafted: Drafted | None = None
 
     def result(self) -> Drafted:
         """The job's Drafted; Drafted.nothing() when the draft failed or gave no answer in
         time (the worker then says why in its `warnings` and drafts no more)."""
         if self._drafted is None:
-            self._drafted = self._worker.collect(self._future, self._stop, self._timeout_s)
+            wait = self._timeout_s
+            if wait is not None and self.overdue():  # its time ran out while the target went on
+                wait = 0.0
+            self._drafted = self._worker.collect(self._future, self._stop, wait, self._timeout_s)
         return self._drafted
+
+    def overdue(self) -> bool:
+        """Running past its timeout since it was submitted."""
+        return (self._timeout_s is not None and not self._future.done() and
+                time.perf_counter() - self._started > self._timeout_s)
 
     def cancel(self) -> None:
         """The chunk is not wanted: stop after the current token."""
@@ -154,15 +163,16 @@ class DraftWorker:
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
 
-    def collect(self, future: Future, stop: threading.Event, timeout_s: float | None) -> Drafted:
-        """Wait for a job, at most timeout_s."""
+    def collect(self, future: Future, stop: threading.Event, timeout_s: float | None,
+                said: float | None = None) -> Drafted:
+        """Wait for a job, at most timeout_s (`said`: the job's own timeout, for the warning)."""
         try:
             return future.result(timeout=timeout_s)
         except FutureTimeout:
             stop.set()
             self._hung = future
-            self._fail(f"the draft gave no answer within {timeout_s:.3g} s; the target "
-                       "went on alone")
+            self._fail(f"the draft gave no answer within {said or timeout_s:.3g} s; the "
+                       "target went on alone")
             return Drafted.nothing()
 
     def _fail(self, message: str) -> None:

@@ -120,7 +120,7 @@ def test_hung_draft_times_out_then_the_next_generation_drafts_afresh(method, seq
 
 @pytest.mark.parametrize("delay", [0.0, 0.05])
 def test_a_hung_prefill_beside_the_target_times_out(delay):
-    """duo's first job (the draft's prefill and first chunk, beside the target's prefill)
+    """duo's first job (the draft's prompt prefill, beside the target's first rounds)
     hangs: the target goes on alone, warned, whether its forwards are instant (0.0) or the
     timeout comes while it writes (0.05 s a forward)."""
     drafter = FaultyDrafter(hang_at=1)

@@ -258,11 +258,11 @@ def test_sps_s_first_token_is_the_target_s_own_before_the_draft_runs():
     assert stats["rounds_log"][0]["source"] == "plain"
 
 
-def test_duo_s_draft_prefills_beside_the_target_s_first_forward():
-    """duo's first round verifies no draft while the worker prefills and drafts its first
-    chunk from the prompt (the target's prefill and the draft's side by side)."""
+def test_duo_s_draft_prefills_beside_the_target_s_first_rounds():
+    """duo's first job is the draft's prompt prefill alone, beside the target's prefill and
+    the plain rounds that follow until the draft has caught up; then it drafts."""
     drafter = FakeDrafter(chain())
     tokens, stats, _ = run("duo", drafter, gamma=3, lookup="off")
     assert tokens == vanilla()
-    assert drafter.calls[0][0] == len(PROMPT) and drafter.calls[0][1] > 0
-    assert stats["rounds_log"][0]["drafted"] == 0
+    assert drafter.calls[0] == (len(PROMPT), 0) and drafter.calls[1][1] > 0
+    assert stats["rounds_log"][0]["drafted"] == 0 and stats["drafted"] > 0
