@@ -13,7 +13,7 @@ from core.align import common_prefix
 from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
 from core.branching import FirstTokenOdds
 from core.budget import DraftBudget, Profile
-from core.config import METHODS, GenConfig  # noqa: F401 - callers import them from here
+from core.config import METHOD, METHODS, GenConfig  # noqa: F401 - callers import them here
 from core.constraints import Grammar, Penalties, adjuster
 from core.fusion import LookupPolicy
 from core.logprobs import emitted
@@ -123,15 +123,16 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     `shared_cores`: the target runs on the draft's cores, so duo drafts, then verifies (sps's
     loop, with the lookup) instead of the two side by side."""
     learned = learned if learned is not None else Learned()
-    if cfg.method not in ("vanilla", "lookup") and drafter is None:
+    does = METHOD[cfg.method]
+    if does.drafts and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
     run = Run(target, prompt, cfg, decode, learned.odds, grammar)
     run.learned = learned
-    overlap = cfg.method == "duo" and not shared_cores
+    overlap = does.overlaps and not shared_cores
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo if overlap else _sps,
             "lookup": _lookup}[cfg.method]
     key, budget = cfg.method, None
-    if cfg.method != "vanilla":
+    if does.budgeted:
         budget = learned.budget(key, profile or flat_profile(), overlap=overlap, fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
         if cfg.uses_lookup:
@@ -139,7 +140,7 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
                                       learned.bands(cfg.method), cfg.lookup,
                                       sampled=not cfg.sampling.greedy)
             run.telemetry.bands = run.lookup.bands
-        loop = loop if cfg.method == "lookup" or _draft_ready(run, drafter) else _vanilla
+        loop = loop if not does.drafts or _draft_ready(run, drafter) else _vanilla
     try:
         last = yield from _events(run, loop(run, drafter, budget), stop)
     except Exception as e:
