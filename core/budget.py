@@ -154,15 +154,9 @@ class DraftBudget:
                 if self.draft_s(g + 1) <= self.verify_s(g + 1)]
         return max(fits) if fits else 1
 
-    def best_rate(self, alpha: float | None = None) -> float:
-        """Expected tokens/s at the best gamma (the fixed one when fixed), or of the target
-        alone where no gamma beats it, at `alpha` (None: the learned acceptance)."""
-        best = self._best(alpha)[1]
-        return best if self.fixed else max(best, self.plain_rate())
-
     def _best(self, alpha: float | None = None) -> tuple[int, float]:
         """The gamma of the highest expected tokens/s (the fixed one when fixed; ties: the
-        shorter), and that rate."""
+        shorter), and that rate, at `alpha` (None: the learned acceptance)."""
         gammas = [self.fixed] if self.fixed else range(1, self.max_gamma + 1)
         return max(((g, self.expected_rate(g, alpha)) for g in gammas), key=lambda gr: gr[1])
 
