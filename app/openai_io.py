@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.openai_messages import Message, NamedToolChoice, Strict, Tool  # noqa: F401 - Strict
+from core.config import METHOD
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
@@ -143,8 +144,9 @@ class Knobs(Strict):
 
     def lookup_for_method(self) -> str:
         """`lookup`, refused by name where the method cannot honour it."""
-        if (self.lookup == "on" and self.method not in ("duo", "lookup")
-                or self.method == "lookup" and self.lookup == "off"):
+        does = METHOD[self.method]
+        if (self.lookup == "on" and not does.looks_up
+                or does.looks_up and not does.drafts and self.lookup == "off"):
             raise ApiError(400, f"lookup: '{self.lookup}' does not go with method "
                                 f"'{self.method}' (lookup drafts: duo and lookup; lookup "
                                 "needs them)", param="lookup", code="invalid_value")

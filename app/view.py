@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from core.config import LOOKUP_METHODS  # the methods the lookup setting applies to
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
 SOURCE_LABELS = {"draft": "accepted draft", "lookup": "lookup (copied)", "target": "target"}
 SOURCE_COLORS = {"accepted draft": "#7fd08a", "lookup (copied)": "#c3a6e0", "target": "#f5b76b"}
-LOOKUP_METHODS = ("duo", "lookup")  # the methods the lookup setting applies to
 
 
 @dataclass

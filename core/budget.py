@@ -25,7 +25,6 @@ class Profile:
     verify_s: list[float]  # verify_s[n - 1]: target forward of n tokens
     draft_step_s: dict = field(default_factory=dict)  # k branches -> time of one batched step
     device: str = "cpu"
-    draft_threads: dict = field(default_factory=dict)  # threads -> draft s/token, measured
     load: float | None = None  # other processes' share of the cores while it was measured
 
     def verify(self, n: int) -> float:
@@ -34,14 +33,13 @@ class Profile:
     def to_dict(self) -> dict:
         return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
                 "draft_step_s": self.draft_step_s, "device": self.device,
-                "draft_threads": self.draft_threads, "load": self.load}
+                "load": self.load}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         steps = {int(k): v for k, v in d.get("draft_step_s", {}).items()}
-        threads = {int(k): v for k, v in d.get("draft_threads", {}).items()}
         return cls(d["draft_token_s"], list(d["verify_s"]), steps, d.get("device", "cpu"),
-                   threads, d.get("load"))
+                   d.get("load"))
 
 
 def _curve(times: list[float], n: int) -> float:
@@ -156,15 +154,9 @@ class DraftBudget:
                 if self.draft_s(g + 1) <= self.verify_s(g + 1)]
         return max(fits) if fits else 1
 
-    def best_rate(self, alpha: float | None = None) -> float:
-        """Expected tokens/s at the best gamma (the fixed one when fixed), or of the target
-        alone where no gamma beats it, at `alpha` (None: the learned acceptance)."""
-        best = self._best(alpha)[1]
-        return best if self.fixed else max(best, self.plain_rate())
-
     def _best(self, alpha: float | None = None) -> tuple[int, float]:
         """The gamma of the highest expected tokens/s (the fixed one when fixed; ties: the
-        shorter), and that rate."""
+        shorter), and that rate, at `alpha` (None: the learned acceptance)."""
         gammas = [self.fixed] if self.fixed else range(1, self.max_gamma + 1)
         return max(((g, self.expected_rate(g, alpha)) for g in gammas), key=lambda gr: gr[1])
 

@@ -6,7 +6,25 @@ from dataclasses import dataclass, field
 from core.constraints import check_adjustments
 from core.sampling import SAMPLERS, SamplingConfig, check_finite
 
-METHODS = ("vanilla", "sps", "duo", "lookup")  # lookup: the target and the suffix index alone
+@dataclass(frozen=True)
+class Method:
+    """What a method does, which every file asks instead of its name: it runs the draft
+    model, it may draft from the suffix index, it drafts beside the verify (where the target
+    has a device of its own). A method that drafts either way keeps a draft budget."""
+    drafts: bool
+    looks_up: bool
+    overlaps: bool
+
+    @property
+    def budgeted(self) -> bool:
+        return self.drafts or self.looks_up
+
+
+METHOD = {"vanilla": Method(False, False, False), "sps": Method(True, False, False),
+          "duo": Method(True, True, True),
+          "lookup": Method(False, True, False)}  # lookup: the target and the suffix index alone
+METHODS = tuple(METHOD)
+LOOKUP_METHODS = tuple(m for m, does in METHOD.items() if does.looks_up)
 LOOKUP_CHOICES = ("auto", "on", "off")  # auto: priced each round; on: whenever it proposes
 
 
@@ -61,12 +79,13 @@ class GenConfig:
     def _check_lookup(self) -> None:
         if self.lookup not in LOOKUP_CHOICES:
             raise ValueError(f"unknown lookup '{self.lookup}'; known: {', '.join(LOOKUP_CHOICES)}")
-        if self.method == "lookup" and self.lookup == "off":
-            raise ValueError("lookup 'off' leaves method 'lookup' nothing to draft with")
-        if self.method in ("vanilla", "sps") and self.lookup == "on":
+        does = METHOD[self.method]
+        if does.looks_up and not does.drafts and self.lookup == "off":
+            raise ValueError(f"lookup 'off' leaves method '{self.method}' nothing to draft with")
+        if not does.looks_up and self.lookup == "on":
             raise ValueError(f"lookup 'on' applies to duo and lookup, not {self.method} (which "
                              "drafts with the model only)")
 
     @property
     def uses_lookup(self) -> bool:
-        return self.method in ("duo", "lookup") and self.lookup != "off"
+        return METHOD[self.method].looks_up and self.lookup != "off"

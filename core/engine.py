@@ -11,9 +11,8 @@ from typing import Callable, Iterator
 
 from core.align import common_prefix
 from core.backends import Draft, Drafter, SampleCheck, Target, TargetOutOfMemory
-from core.branching import FirstTokenOdds
 from core.budget import DraftBudget, Profile
-from core.config import METHODS, GenConfig  # noqa: F401 - callers import them from here
+from core.config import METHOD, METHODS, GenConfig  # noqa: F401 - callers import them here
 from core.constraints import Grammar, Penalties, adjuster
 from core.fusion import LookupPolicy
 from core.logprobs import emitted
@@ -30,11 +29,14 @@ from core.verify import Verdict, verify_greedy, verify_sampled
 
 
 class Run:
-    """One generation: the context, the output, the stats, and the verify step."""
+    """One generation: the context, the output, the stats, what earlier generations learned,
+    the lookup (duo and lookup: the suffix index over the context and `lookup_memory`), and
+    the verify step."""
 
     def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
-                 decode: Callable[[list[int]], str], odds: FirstTokenOdds | None = None,
-                 grammar: Grammar | None = None):
+                 decode: Callable[[list[int]], str], learned: Learned | None = None,
+                 grammar: Grammar | None = None,
+                 lookup_memory: SuffixMemory | None = None):
         cfg.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -50,9 +52,15 @@ class Run:
         self.adjust = adjuster(len(prompt), grammar, penalties, cfg.logprobs)
         self.logprobs = None  # the last verify's, for commit
         self.t0 = time.perf_counter()
-        self.odds = odds if odds is not None else FirstTokenOdds()
+        self.learned = learned if learned is not None else Learned()
+        self.odds = self.learned.odds
         self.telemetry = Telemetry(self.stats, self.t0, self.odds)
-        self.lookup: LookupPolicy | None = None  # duo and lookup: the suffix index (generate)
+        self.lookup: LookupPolicy | None = None
+        if cfg.uses_lookup:
+            self.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
+                                       self.learned.bands(cfg.method), cfg.lookup,
+                                       sampled=not cfg.sampling.greedy)
+            self.telemetry.bands = self.lookup.bands
         keep = cached_prefix(target, prompt) if cfg.cache_prompt else 0
         target.rollback(keep)
         self.stats.prompt_tokens, self.stats.cached_tokens = len(prompt), keep
@@ -123,23 +131,18 @@ def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: Ge
     `shared_cores`: the target runs on the draft's cores, so duo drafts, then verifies (sps's
     loop, with the lookup) instead of the two side by side."""
     learned = learned if learned is not None else Learned()
-    if cfg.method not in ("vanilla", "lookup") and drafter is None:
+    does = METHOD[cfg.method]
+    if does.drafts and drafter is None:
         raise ValueError(f"method '{cfg.method}' needs a draft model")
-    run = Run(target, prompt, cfg, decode, learned.odds, grammar)
-    run.learned = learned
-    overlap = cfg.method == "duo" and not shared_cores
+    run = Run(target, prompt, cfg, decode, learned, grammar, lookup_memory)
+    overlap = does.overlaps and not shared_cores
     loop = {"vanilla": _vanilla, "sps": _sps, "duo": _duo if overlap else _sps,
             "lookup": _lookup}[cfg.method]
     key, budget = cfg.method, None
-    if cfg.method != "vanilla":
+    if does.budgeted:
         budget = learned.budget(key, profile or flat_profile(), overlap=overlap, fixed=cfg.gamma)
         run.stats.gamma = cfg.gamma or "auto"
-        if cfg.uses_lookup:
-            run.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
-                                      learned.bands(cfg.method), cfg.lookup,
-                                      sampled=not cfg.sampling.greedy)
-            run.telemetry.bands = run.lookup.bands
-        loop = loop if cfg.method == "lookup" or _draft_ready(run, drafter) else _vanilla
+        loop = loop if not does.drafts or _draft_ready(run, drafter) else _vanilla
     try:
         last = yield from _events(run, loop(run, drafter, budget), stop)
     except Exception as e:

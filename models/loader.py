@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from core.backends import TargetOutOfMemory
 from core.learned import Learned
-from core.engine import GenConfig, generate
+from core.engine import METHOD, GenConfig, generate
 from core.output import Event
 from core.suffix import SuffixMemory
 from models.pairs.catalog import PairError, draft_path, get_pair, target_source
@@ -182,14 +182,12 @@ class Pair:
             old = self.learned.budgets[method]["profile"]
             again = not self.learned.measured_again(method, old,
                                                     spot_check(self.drafter, self.target))
-        apply(self.threads, self.drafter, self.target)
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target,
                                        (self.threads.draft, self.threads.target), again,
                                        self._progress)
         if drift and again:
             self.learned.measured_again(method, self.learned.budgets[method]["profile"],
                                         self.profile)
-        self.profile.draft_threads = dict(self.thread_times)
         return self.profile
 
     def remeasure(self) -> None:
@@ -241,9 +239,10 @@ class Pair:
     def generate(self, prompt_ids: list[int], cfg: GenConfig,
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
-        profile = None if cfg.method == "vanilla" else self.ensure_profile(cfg.method)
+        does = METHOD[cfg.method]
+        profile = self.ensure_profile(cfg.method) if does.budgeted else None
         apply(self.threads, self.drafter, self.target)  # the plan, once a generation
-        drafter = None if cfg.method in ("vanilla", "lookup") else self.drafter
+        drafter = self.drafter if does.drafts else None
         grammar = self.grammars.compile(cfg.response_format)
         out: list[int] = []
         try:
@@ -263,7 +262,7 @@ class Pair:
         for ev in events:
             if ev.stats is not None:
                 ev.stats["threads"] = self.threads.to_dict()
-                if method == "duo":
+                if METHOD[method].overlaps:
                     ev.stats["schedule"] = OVERLAP if self.overlapped else SPS_LOOP
                 ev.stats["vocab"] = self.drafter.vocab.stats()
                 ev.stats["target_dtype"] = self.target.dtype

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
                      gen_config, load_options, quiet_logs)
+from core.config import LOOKUP_METHODS  # noqa: E402 - --lookup applies to these
 from core.engine import METHODS  # noqa: E402
 from models.pairs.catalog import PairError, get_pair  # noqa: E402
 from measure.bench_summary import (aggregate, markdown, ratio_pairs, ratios,  # noqa: E402,F401
@@ -40,7 +41,6 @@ VARIANTS = {"duo-single": {"multi_seq": False}, "duo-k2": {"static_k": 2},
             "duo-k3": {"static_k": 3}, "duo-rejection": {"sampler": "rejection"},
             "sps-rejection": {"method": "sps", "sampler": "rejection"},
             "duo-nopredraft": {"predraft": False}, "duo-nolookup": {"lookup": "off"}}
-LOOKUP_METHODS = ("duo", "lookup")  # --lookup applies to these; the others never look up
 
 
 def parse(argv=None):

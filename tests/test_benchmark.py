@@ -259,7 +259,8 @@ def test_lookup_methods_and_the_llamacpp_lookup_peer_tiny(smol_pair):
 
     one_core = copy.copy(smol_pair)  # llama.cpp's threads spin (see test_peers)
     one_core.opts = replace(smol_pair.opts, cores=1)
-    args = bench.parse(["--questions", "q", "--out", "o", "--max-new-tokens", "24"])
+    args = bench.parse(["--questions", "q", "--out", "o", "--max-new-tokens", "24",
+                        "--lookup", "on"])  # auto's pricing follows the timings
     assert bench.method_config(args, "duo-nolookup") == replace(
         bench.method_config(args, "duo"), lookup="off")
     runs = {m: (one_core if m.startswith("llamacpp") else smol_pair,

@@ -10,8 +10,7 @@ from core.engine import GenConfig
 
 PROMPTS = ["Write a haiku about a cat sleeping in the sun.",
            "List three tips for staying focused while studying."]
-N = 16  # five events from an empty lookup memory, three once the answer is in it (24
-# before: four and three; the same kinds of event, a third more tokens after each cancel)
+N = 16  # at gamma 4 several events a generation (the test cuts at two at least)
 
 
 def tokens(pair, ids, method, stop=None) -> list[int]:
@@ -29,17 +28,18 @@ def fresh(smol_pair):
 
 def cancel(pair, ids, k: int, how: str) -> tuple[list[int], bool]:
     """A duo generation cancelled after its k-th event: the tokens it gave, and whether the
-    cancel cut it (False: the k-th event was its last, or it had fewer, which the memory
-    grown since a run at k - 1 that this cut can give: a fresh clone's run met it)."""
-    seen, cut = [], False
+    cancel cut it (False: the k-th event was its last). Its rounds follow fixed inputs: a
+    fixed gamma and no lookup (the budget's own gamma and the lookup's pricing follow the
+    timings, and the lookup's memory grows with each run)."""
+    seen, cut, cfg = [], False, GenConfig(max_new_tokens=N, gamma=4, lookup="off")
     if how == "stop":
-        for ev in pair.generate(ids, GenConfig(max_new_tokens=N), lambda: len(seen) >= k):
+        for ev in pair.generate(ids, cfg, lambda: len(seen) >= k):
             seen.append(ev)
         reason = seen[-1].stats["stop_reason"]
         assert seen[-1].done and reason in ("stopped", "max_new_tokens", "eos")
         cut = reason == "stopped"
     else:
-        events = pair.generate(ids, GenConfig(max_new_tokens=N))
+        events = pair.generate(ids, cfg)
         for ev in events:
             seen.append(ev)
             if len(seen) >= k:
@@ -63,10 +63,7 @@ def consistent(pair, ids, got) -> None:
 @pytest.mark.parametrize("how", ["stop", "close"])
 def test_cancel_at_each_event_then_the_next_generation_is_fresh(smol_pair, fresh, how):
     """Up to the first k past the generation's last event: a cancel there cuts nothing, nor
-    at any later k (the lookup memory only grows, so the events only get fewer; once the
-    answer is in it, three here: 1, 14 and 1 tokens), so those runs checked nothing more.
-    The memory starts empty in both cases (after the other case's runs, `close` had cut at
-    the first event alone, k 2 to 8 cutting nothing)."""
+    at any later k, so those runs checked nothing more."""
     smol_pair.lookup_memory.clear()
     for k in range(1, 9):
         ids, _ = fresh[0]

@@ -29,13 +29,13 @@ def drafter():
 def propose(drafter, ids, sampling, guess=(), branching=None):
     drafter.rollback(0)
     drafter._sync(ids)  # the context first: what follows counts the drafting's decodes
-    decodes, run = [], drafter._run
-    drafter._run = lambda: decodes.append(1) or run()
+    decodes, run = [], drafter._decode
+    drafter._decode = lambda: decodes.append(1) or run()
     try:
         p = drafter.propose(ids, 12, sampling, PositionRng(7, 3), branching=branching,
                             guess=list(guess))
     finally:
-        drafter._run = run
+        drafter._decode = run
     rows = None if p.main.q_draft is None else np.asarray(p.main.q_draft)
     return p.main.tokens, rows, len(decodes), drafter.tokens
 

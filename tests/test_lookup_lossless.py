@@ -302,7 +302,8 @@ def test_smol_self_greedy_is_vanilla(smol_pair):
                                                               max_new_tokens=18)))
         assert [t for e in events for t in e.tokens] == ref, (method, lookup)
         stats = events[-1].stats
-        assert stats["lookup"]["accepted"] > 0, (method, lookup)
+        if lookup == "on":  # auto prices it with timing scales: whether it wins follows them
+            assert stats["lookup"]["accepted"] > 0, (method, lookup)
     assert len(smol_pair.lookup_memory) > 0  # each finished generation is remembered
     smol_pair.lookup_memory.clear()
 

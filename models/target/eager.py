@@ -146,20 +146,6 @@ class TorchTarget:
             torch.cuda.empty_cache()
 
 
-@contextmanager
-def cpu_threads(n: int | None):
-    """torch's CPU threads at n for the block (0 or None: as they are)."""
-    prev = torch.get_num_threads()
-    if not n or n == prev:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def _check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:
     if not tokens or not 1 <= n_rows <= len(tokens):
         raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
