@@ -33,7 +33,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", default="all", help=f"{', '.join(PARTS)} or all (comma list)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" /
-                                        f"gpu-{time.strftime('%Y-%m-%d')}"))
+                                        f"{time.strftime('%Y-%m-%d')}-gpu-report"))
     p.add_argument("--tiny", action="store_true", help="tiny shapes (automatic without cuda)")
     p.add_argument("--models", default="", help="forward: smol-self,llama8b (tiny: tiny)")
     p.add_argument("--quants", default="none,int8,int4")
