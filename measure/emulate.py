@@ -246,9 +246,8 @@ def emulate(pair, name: str, prompts: list[list[int]], n_tokens: int, clock: str
               else ShadowClock(shadow_target(shape, _shadow_device(), real.n_ctx,
                                              profile.dtype)))
     emulation = Emulation(profile, clock, 1.0, 0, 0.0, shape)
-    pair.target = EmulatedTarget(real, Oracle(paths, real.eos_ids), ticker, emulation)
+    pair.use_target(EmulatedTarget(real, Oracle(paths, real.eos_ids), ticker, emulation))
     real.close()
-    pair.threads, pair.profile = pair._plan(False), None  # a GPU target's: the draft cores - 1
     emulation.draft_threads = pair.threads.draft
     here = draft_token_s(pair.drafter, emulation.draft_threads)
     emulation.draft_token_ms_here = here * 1e3

@@ -190,6 +190,13 @@ class Pair:
                                         self.profile)
         return self.profile
 
+    def use_target(self, target) -> None:
+        """Verify with `target` from now on (the benchmark's emulated GPU target): the thread
+        plan is made again for its device (the draft's count measured), the profile looked up
+        again. The caller closes the one it replaces."""
+        self.target = target
+        self.threads, self.profile = self._plan(False), None
+
     def remeasure(self) -> None:
         """Time this machine again (the page's button): the draft's threads, then the budget
         profile."""
