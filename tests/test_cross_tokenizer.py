@@ -262,7 +262,9 @@ def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts
         got, stats = run(gemma_pair, ids, method=method, **opts)
         assert got == expected, f"{method} {opts} differs on {prompt!r}"
         v = stats["vocab"]
-        assert v["same_tokenizer"] is False and v["proposals"] > 0
+        # translated drafts proposed at a fixed gamma (the budget's own follows the timings,
+        # and a long prompt's draft may still prefill when a short answer ends)
+        assert v["same_tokenizer"] is False and ("gamma" not in opts or v["proposals"] > 0)
         if opts.get("sequential"):
             # the draft's KV cache is rolled back to the common prefix, never re-prefilled:
             # what each round redoes is a few ids at the end, not the context
