@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from core.backends import Scores
 from core.config import GenConfig
+from core.sampling import SamplingConfig
 from measure.device_profile import DeviceProfile, load_profile
 from measure.oracle import Oracle, Refused, oracle_path
 
@@ -95,8 +96,6 @@ class ShadowClock:
         self.vocab = shadow.vocab_size
 
     def forward(self, tokens: list[int], filled: int) -> None:
-        from core.sampling import SamplingConfig
-
         s = self.shadow
         if s.n_cached > filled:
             s.rollback(filled)
@@ -292,5 +291,5 @@ def _shadow_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-__all__ = ["CLOCKS", "EmulatedTarget", "Emulation", "Oracle", "ProfileClock", "Refused",
-           "ShadowClock", "check_config", "emulate", "oracle_path"]
+__all__ = ["CLOCKS", "EmulatedTarget", "Emulation", "ProfileClock", "ShadowClock",
+           "check_config", "emulate"]

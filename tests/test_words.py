@@ -63,11 +63,16 @@ def text_of(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
+# the words the samples below must catch, put together here so that this file does not
+# spell them out itself
+SES, ISS, LEA, CHECKOUT = "ses" + "sion", "is" + "sue", "lea" + "se", "/wo" + "rk/main"
+
+
 def test_the_patterns_catch_what_they_mean_and_spare_the_allowed():
-    assert hits("x", "the ninth session's cuts") and hits("x", "as issue 30 asked")
-    assert hits("x", "a 15-minute lease") and hits("x", "bench/results/2026-11-27-s28")
-    assert hits("x", "cd /work/main && make") and hits("x", "Session 27: duo in turns")
-    assert hits("x", "def test_builtin_catalog_has_the_issue_pairs():")
+    assert hits("x", f"the ninth {SES}'s cuts") and hits("x", f"as {ISS} 30 asked")
+    assert hits("x", f"a 15-minute {LEA}") and hits("x", "bench/results/2026-11-27-" + "s28")
+    assert hits("x", f"cd {CHECKOUT} && make") and hits("x", f"{SES.title()} 27: duo in turns")
+    assert hits("x", f"def test_builtin_catalog_has_the_{ISS}_pairs():")
     assert not hits("x", 'getattr(request, "session_hash", None)')
     assert not hits("x", '@pytest.fixture(scope="session")')
     assert not hits("x", "cudagraph trees (pytorch issue 123177)")
