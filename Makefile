@@ -44,7 +44,7 @@ test: install browser
 # One process by default (the compiled twins share one target); GPU_WORKERS=N splits the
 # tests over N processes, each compiling on its share of the cores.
 RUNPY ?= $(BIN)/python
-GPU_TESTS ?= tests/test_gpu.py tests/test_flex_attention.py tests/test_owner_thread.py
+GPU_TESTS ?= tests/test_gpu.py tests/test_owner_thread.py
 GPU_WORKERS ?= 1
 test-gpu:
 	TORCHINDUCTOR_CUDAGRAPH_OR_ERROR=1 \

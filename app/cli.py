@@ -157,13 +157,6 @@ def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
     return cfg
 
 
-def check_methods(names: list[str]) -> list[str]:
-    bad = [m for m in names if m not in METHODS]
-    if bad or not names:
-        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; known: {', '.join(METHODS)}")
-    return names
-
-
 def quiet_logs() -> None:
     """Our progress lines on stderr; the libraries' notes the user cannot act on dropped
     (models/quiet.py)."""

@@ -24,7 +24,7 @@ from core.rounds import (branch_policy, close_worker, draft_worker, flat_profile
 from core.rounds import predraft_policy as _predraft_policy  # tests force plans through it
 from core.sampling import Noise
 from core.suffix import ContextLookup, SuffixMemory
-from core.telemetry import Telemetry
+from core.telemetry import Lesson, Telemetry
 from core.verify import Verdict, verify_greedy, verify_sampled
 
 
@@ -59,16 +59,26 @@ class Run:
         self.t0 = time.perf_counter()
         self.learned = learned if learned is not None else Learned()
         self.odds = self.learned.odds
-        self.telemetry = Telemetry(self.stats, self.t0, self.odds)
+        self.telemetry = Telemetry(self.stats, self.t0)
         self.lookup: LookupPolicy | None = None
         if cfg.uses_lookup:
             self.lookup = LookupPolicy(ContextLookup(prompt, lookup_memory),
                                        self.learned.bands(cfg.method), cfg.lookup,
                                        sampled=not cfg.sampling.greedy)
-            self.telemetry.bands = self.lookup.bands
         keep = cached_prefix(target, prompt) if cfg.cache_prompt else 0
         target.rollback(keep)
         self.stats.prompt_tokens, self.stats.cached_tokens = len(prompt), keep
+
+    def learn(self, budget: DraftBudget, lesson: Lesson) -> None:
+        """A round's lesson to the learners that own it: the draft budget, the lookup's
+        bands, the first-token odds."""
+        budget.observe(lesson.trials, lesson.passed, draft_s=lesson.draft_s,
+                       draft_n=lesson.draft_n, verify_s=lesson.verify_s,
+                       verify_n=lesson.verify_n)
+        if lesson.band is not None:
+            self.lookup.bands.observe(*lesson.band)
+        if lesson.rank is not None:
+            self.odds.observe(*lesson.rank)
 
     def verify(self, draft: Draft) -> tuple[Verdict, tuple[float, float]]:
         """One target forward over the uncached context plus the draft; rolls the target's
@@ -255,7 +265,8 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
                 draft = pick.draft
                 run.telemetry.drafting(draft, pick.source, pick.offered)
             verdict, vspan = run.verify(draft)
-            run.telemetry.sps_round(budget, start, chunk, vspan, verdict, len(draft))
+            run.learn(budget, run.telemetry.sps_round(budget, start, chunk, vspan, verdict,
+                                                      len(draft)))
             yield run.commit(draft, verdict)
     finally:
         close_worker(run, worker)
@@ -316,17 +327,17 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             chunk = job.result() if pre or reached else None
             if chunk is None or worker.failed:
                 job.cancel()
-                telemetry.chunk_dropped(budget, start, vspan, n, verdict, job)
+                run.learn(budget, telemetry.chunk_dropped(budget, start, vspan, n, verdict, job))
                 draft = Draft()
             elif reached:  # the model's part passed: the chunk goes on if it wrote the rest
                 follow = chunk.proposal.follow(past)
-                telemetry.chunk_used(budget, start, vspan, n, verdict, chunk,
-                                     hit=follow is not None)
+                run.learn(budget, telemetry.chunk_used(budget, start, vspan, n, verdict, chunk,
+                                                       hit=follow is not None))
                 draft = follow or Draft()
             else:
                 draft = chunk.proposal.predraft_for(verdict.accepted, verdict.token) or Draft()
                 short = True
-                telemetry.predraft_used(budget, start, vspan, n, verdict, chunk)
+                run.learn(budget, telemetry.predraft_used(budget, start, vspan, n, verdict, chunk))
             telemetry.predrafted(plan, rejected, rejected and bool(draft), vspan)
             yield ev
             if ev.done:

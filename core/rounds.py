@@ -25,7 +25,7 @@ def plain_round(run, budget: DraftBudget, start: float) -> Event:
     draft = pick.draft
     verdict, vspan = run.verify(draft)
     run.telemetry.drafting(draft, pick.source, pick.offered)
-    run.telemetry.idle_round(budget, start, vspan, verdict)
+    run.learn(budget, run.telemetry.idle_round(budget, start, vspan, verdict))
     return run.commit(draft, verdict)
 
 

@@ -1,27 +1,47 @@
 """Statistics gathered beside the decoding loop: one call per round outcome records the round
-into GenerationStats, counts sequences and ranks, and teaches the draft budget what it measured."""
+into GenerationStats, counts sequences and ranks, and returns the round's Lesson: what the
+draft budget, the lookup's bands and the first-token odds learn from it (Run.learn hands it
+to them; Telemetry changes none of them)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from core.backends import Draft, Plan, Proposal
-from core.branching import FirstTokenOdds, step_ratio
+from core.branching import step_ratio
 from core.budget import DraftBudget
 from core.metrics import GenerationStats, RoundRecord
 from core.scheduler import DraftJob, Drafted
 from core.verify import Verdict
 
 
+@dataclass
+class Lesson:
+    """One round's outcome as its learners read it: the model draft's trials and passes, the
+    draft's time per single step, a verify's time where it sampled its length (verify_n 0:
+    none); the lookup's confidences and passes (`band`); the draft's top first-token
+    probability and the target token's rank among its candidates (`rank`)."""
+    trials: int
+    passed: int
+    draft_s: float = 0.0
+    draft_n: float = 0.0
+    verify_s: float = 0.0
+    verify_n: int = 0
+    band: tuple[list[float], int, str] | None = None
+    rank: tuple[float, int] | None = None
+
+
 class Telemetry:
     """The engine's stats for one generation; times are perf_counter values, stored relative to
     the generation's start `t0`."""
 
-    def __init__(self, stats: GenerationStats, t0: float, odds: FirstTokenOdds):
-        self.stats, self.t0, self.odds = stats, t0, odds
+    def __init__(self, stats: GenerationStats, t0: float):
+        self.stats, self.t0 = stats, t0
         self.last_scored = 0  # tokens in the last target forward
         self._dropped: list[tuple[RoundRecord, DraftJob]] = []
         self._rejected_at: float | None = None  # when the last rejected round's verify ended
-        self.bands = None  # the lookup's LookupBands, when the generation uses the lookup
+        self._band: tuple[list[float], int, str] | None = None  # this round's, for its Lesson
+        self._rank: tuple[float, int] | None = None
         # this round's draft: its source, model tokens, lookup confidences, Lookup.source
         self._drafting: tuple[str, int, list[float], str] | None = None
 
@@ -56,17 +76,17 @@ class Telemetry:
 
     # -- sps and duo -------------------------------------------------------------------------
     def sps_round(self, budget: DraftBudget, start: float, chunk: Drafted, vspan,
-                  verdict: Verdict, drafted: int) -> None:
+                  verdict: Verdict, drafted: int) -> Lesson:
         """Draft, then verify `drafted` tokens (the chunk, or what the lookup made of it): the
         draft's span and the verdict."""
         timing = chunk.timing
         self.stats.draft_busy_s += timing.busy_s
         rec = self.round(start, timing.span if drafted else (start, start), vspan, drafted,
                          verdict.accepted)
-        self.observe(budget, rec, drafted, verdict.accepted, chunk)
+        return self.lesson(budget, rec, drafted, verdict.accepted, chunk)
 
     def chunk_used(self, budget: DraftBudget, start: float, vspan, drafted: int,
-                   verdict: Verdict, chunk: Drafted, hit: bool) -> None:
+                   verdict: Verdict, chunk: Drafted, hit: bool) -> Lesson:
         """duo: the chunk drafted during the verify is kept; `hit`: one of its sequences starts
         with the target's own token (the guess counts as one more draft token tried)."""
         proposal, timing = chunk
@@ -74,24 +94,24 @@ class Telemetry:
         rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
         rec.seqs = proposal.n_seqs
         self._count_seqs(proposal, verdict.token)
-        self.observe(budget, rec, drafted + 1, verdict.accepted + hit, chunk)
+        return self.lesson(budget, rec, drafted + 1, verdict.accepted + hit, chunk)
 
     def chunk_dropped(self, budget: DraftBudget, start: float, vspan, drafted: int,
-                      verdict: Verdict, job: DraftJob) -> None:
+                      verdict: Verdict, job: DraftJob) -> Lesson:
         """duo: the chunk is not wanted; its draft time is settled when the job ends."""
         rec = self.round(start, (start, start), vspan, drafted, verdict.accepted)
         self._dropped.append((rec, job))
-        self.observe(budget, rec, drafted, verdict.accepted, None)
+        return self.lesson(budget, rec, drafted, verdict.accepted, None)
 
     def predraft_used(self, budget: DraftBudget, start: float, vspan, drafted: int,
-                      verdict: Verdict, chunk: Drafted) -> None:
+                      verdict: Verdict, chunk: Drafted) -> Lesson:
         """duo: a rejection the worker had pre-drafted for; the main chunk was stopped, so
         the round is no sample of draft time."""
         proposal, timing = chunk
         self.stats.draft_busy_s += timing.busy_s
         rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
         rec.seqs = proposal.n_seqs + len(proposal.predrafts)
-        self.observe(budget, rec, drafted, verdict.accepted, None)
+        return self.lesson(budget, rec, drafted, verdict.accepted, None)
 
     def predrafted(self, plan: Plan | None, rejected: bool, hit: bool, vspan) -> None:
         """duo: what this round pre-drafted, and whether a rejection found its draft ready."""
@@ -105,14 +125,14 @@ class Telemetry:
             s.predraft_hits += hit
             self._rejected_at = vspan[1]
 
-    def idle_round(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> None:
+    def idle_round(self, budget: DraftBudget, start: float, vspan, verdict: Verdict) -> Lesson:
         """A round with the worker idle: one target token (the budget fell back to plain
         decoding), or the lookup's continuation (its tokens learned per band)."""
         n = self._drafting[1] + len(self._drafting[2]) if self._drafting else 0
         accepted = verdict.accepted if n else 0
         self.stats.plain_rounds += 1
         rec = self.round(start, (start, start), vspan, n, accepted)
-        self.observe(budget, rec, n, accepted, None)
+        return self.lesson(budget, rec, n, accepted, None)
 
     def settle_dropped(self) -> None:
         """Dropped chunks still took draft time: put their real spans in the timeline (a job
@@ -139,15 +159,16 @@ class Telemetry:
             rec.source, model_n, conf, found_in = self._drafting
             if conf and accepted >= model_n:  # the lookup's part was reached
                 self.stats.lookup_accepted += accepted - model_n
-                self.bands.observe(conf, accepted - model_n, found_in)
+                self._band = (conf, accepted - model_n, found_in)
         self.stats.record_round(rec)
         return rec
 
-    def observe(self, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
-                chunk: Drafted | None) -> None:
-        """Feed the budget one round: pass rate, draft time per token (without catching up
-        with the context, a k-sequence step counted as its cost in single steps), verify time
-        per length (a prefill round is no sample of verify time)."""
+    def lesson(self, budget: DraftBudget, rec: RoundRecord, trials: int, passed: int,
+               chunk: Drafted | None) -> Lesson:
+        """The round's Lesson: pass rate, draft time per token (without catching up with the
+        context, a k-sequence step counted as its cost in single steps at the budget's
+        measured step times), verify time per length (a prefill round is no sample of verify
+        time), and what the lookup's bands and the odds saw."""
         self.stats.gammas_used[budget.gamma] += 1
         trials, passed = self._model_part(rec, trials, passed)
         scored = self.last_scored if self.last_scored == rec.drafted + 1 else 0
@@ -159,9 +180,10 @@ class Telemetry:
             if proposal.predrafts:  # their steps ran in the same batches
                 depth = max(map(len, proposal.predrafts.values()))
                 n += depth * (step_ratio(steps, k + len(proposal.predrafts)) - step_ratio(steps, k))
-        budget.observe(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
-                       draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
-                       verify_n=scored)
+        band, rank, self._band, self._rank = self._band, self._rank, None, None
+        return Lesson(trials, passed, draft_s=timing.busy_s - proposal.sync_s if n else 0.0,
+                      draft_n=n, verify_s=rec.verify_span[1] - rec.verify_span[0],
+                      verify_n=scored, band=band, rank=rank)
 
     def _model_part(self, rec: RoundRecord, trials: int, passed: int) -> tuple[int, int]:
         """The model draft's trials and passes of a round (the lookup's tokens are learned
@@ -177,7 +199,7 @@ class Telemetry:
 
     def _count_seqs(self, proposal: Proposal, target_token: int) -> None:
         """Sequences per round (Figure 5) and sequences vs the target token's draft rank
-        (Table 4); the rank also teaches the first-token odds."""
+        (Table 4); the rank goes to the first-token odds in the round's Lesson."""
         self.stats.seq_hist[proposal.n_seqs] += 1
         if not proposal.first_ranking:
             return
@@ -185,4 +207,4 @@ class Telemetry:
         row = self.stats.seq_confusion.setdefault(str(proposal.n_seqs), {})
         key = str(rank or "other")
         row[key] = row.get(key, 0) + 1
-        self.odds.observe(proposal.first_top_p, rank)
+        self._rank = (proposal.first_top_p, rank)

@@ -1,12 +1,7 @@
-"""A Llama GGUF of random weights written with the `gguf` package (F16, or a Q8_0 copy by
-llama.cpp's quantizer), and llama.cpp's decoding speed on it: the GPU report's peer for a
-model shape no file of which is at hand."""
+"""A Llama GGUF of random weights written with the `gguf` package (F16): a target of a shape
+no file of which is at hand, and the projection of a time from two layer counts."""
 from __future__ import annotations
 
-import ctypes
-import os
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -73,39 +68,6 @@ def _random_arrays(shapes: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     return {k: (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(np.float16)
             for k, s in shapes.items()}
-
-
-def quantize_q8(src: Path, dst: Path) -> Path:
-    """A Q8_0 copy of a GGUF by llama.cpp's own quantizer."""
-    from llama_cpp import llama_cpp as C
-
-    params = C.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize = C.LLAMA_FTYPE_MOSTLY_Q8_0, True
-    params.nthread = os.cpu_count() or 1
-    if C.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params)):
-        raise RuntimeError(f"llama.cpp could not quantize {src.name} to Q8_0")
-    return dst
-
-
-def decode_s(path: Path, gpu: bool, n_tokens: int = 32, context: int = 128,
-             threads: int | None = None) -> float:
-    """Median seconds of one single-token llama.cpp decode after `context` tokens."""
-    import llama_cpp
-
-    n = threads or os.cpu_count() or 1
-    llm = llama_cpp.Llama(model_path=str(path), n_gpu_layers=-1 if gpu else 0,
-                          n_ctx=context + n_tokens + 8, n_threads=n, n_threads_batch=n,
-                          verbose=False)
-    try:
-        llm.eval([3 + i % 200 for i in range(context)])
-        times = []
-        for i in range(n_tokens + 2):
-            t0 = time.perf_counter()
-            llm.eval([3 + i % 200])
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times[2:])
-    finally:
-        llm.close()
 
 
 def per_layer(times: dict[int, float], layers: int) -> float:

@@ -151,20 +151,6 @@ def copy_floors(config: dict, lengths: list[int], bandwidth: float, base_bytes: 
             for n in lengths}
 
 
-def peak_bytes(target, n_fill: int, chunk: int) -> int | None:
-    """Peak cuda memory of filling n_fill tokens and one chunk forward (None on the CPU)."""
-    cuda = target.device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    ids = [(i * 37) % 200 + 3 for i in range(n_fill + chunk)]
-    target.rollback(0)
-    target.logits(ids[:n_fill], 1)
-    target.logits(ids[n_fill:], chunk)
-    target.synchronize()
-    target.rollback(0)
-    return torch.cuda.max_memory_allocated() if cuda else None
-
-
 def free_cuda() -> None:
     import gc
 

@@ -1,8 +1,9 @@
-"""The GPU report: environment, CUDA-graph engagement, forward time per path x precision x
-chunk x filled length next to its memory floor, peak memory, methods' tokens/s and llama.cpp
-on the same shapes; each part merges into OUT/report.json and OUT/report.md is re-rendered.
+"""The GPU report: the environment, and forward time per path x precision x chunk x filled
+length next to its memory floor; each part merges into OUT/report.json and OUT/report.md is
+re-rendered. The methods' speed is the benchmark's, CUDA graphs and the memory estimate are
+the GPU tests' (scripts/gpu_checks.sh runs them all).
 
-    python3 scripts/gpu_report.py --part env|graphs|forward|memory|methods|llamacpp|lookup|all
+    python3 scripts/gpu_report.py --part env|forward|all
         [--out DIR] [--models smol-self,llama8b] [--quants none,int8,int4] [--tiny]
         [--depths 2,4] [--quant-tuning on]
     python3 scripts/gpu_report.py --write-questions N --out DIR   (DIR/questions.jsonl)
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.gpu_report_md import render  # noqa: E402
 
-PARTS = ("env", "graphs", "forward", "memory", "methods", "llamacpp", "lookup")
+PARTS = ("env", "forward")
 GIB = 1024 ** 3
 
 
@@ -47,8 +47,6 @@ def parse(argv=None):
     p.add_argument("--write-questions", type=int, default=0, metavar="N",
                    help="only write OUT/questions.jsonl: the first N project prompts, a "
                         "category at a time")
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=128)
     args = p.parse_args(argv)
     args.parts = list(PARTS) if args.part == "all" else args.part.split(",")
     if unknown := [x for x in args.parts if x not in PARTS]:
@@ -66,10 +64,7 @@ def settings(args) -> dict:
          "lengths": [16, 64] if tiny else [128, 1024, 4096], "chunks": [1, 8] if tiny
          else [1, 8, 32], "models": ["tiny"] if tiny else ["smol-self", "llama8b"],
          "paths": ["eager", "static", "compiled"] if cuda else ["eager", "static"],
-         "memory_ctx": 256 if tiny else 8192, "copy_bytes": (64 << 20) if tiny else GIB,
-         "prompts": 2 if tiny else args.prompts,
-         "max_new_tokens": 16 if tiny else args.max_new_tokens,
-         "llama_layers": [1, 2] if tiny else [2, 6]}
+         "copy_bytes": (64 << 20) if tiny else GIB}
     s["models"] = args.models.split(",") if args.models else s["models"]
     s["paths"] = args.paths.split(",") if args.paths else s["paths"]
     s["depths"] = sorted(int(x) for x in args.depths.split(",") if x.strip())
@@ -106,30 +101,6 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "missing"
-
-
-def part_graphs(s: dict, out: Path) -> dict:
-    """A compiled static target with cudagraph_or_error on: no cudagraph skips."""
-    import torch
-    from torch._dynamo.utils import counters
-
-    from measure.gpu_bench import make_target, model_source, time_forwards
-
-    if s["device"] != "cuda":
-        return {"engaged": None, "note": "no cuda: CUDA graphs do not apply"}
-    config, before = torch._inductor.config.triton, counters["inductor"]["cudagraph_skips"]
-    name, model, group = model_source("tiny" if s["tiny"] else "smol-self", "cuda", "bfloat16")
-    config.cudagraph_or_error = True  # a skip raises (recorded as this part's error)
-    try:
-        target = make_target("compiled", name, "cuda", "bfloat16", 512, "none", (1, 8), model,
-                             group)
-        times = time_forwards(target, [64], [1, 8])
-        target.close()
-    finally:
-        config.cudagraph_or_error = False  # the other parts time what a user runs
-    skips = counters["inductor"]["cudagraph_skips"] - before
-    return {"engaged": skips == 0, "cudagraph_skips": skips, "ms": _ms(times),
-            "model": name}
 
 
 def _dtype(s: dict, quant: str) -> str:
@@ -203,49 +174,6 @@ def _forward_one(s: dict, which: str, quant: str, dtype: str, path: str,
     return {"ms": _ms(times), "build_s": round(build_s, 1)}
 
 
-def part_memory(s: dict, out: Path) -> dict:
-    """Peak memory of filling the window (8k) and one 32-token chunk, per precision."""
-    from measure.gpu_bench import model_config
-    from models.fit.memory import model_dims
-
-    which = "tiny" if s["tiny"] else "llama8b"
-    res = {"model": which, "ctx": s["memory_ctx"], "precisions": {}}
-    for quant in s["quants"]:
-        dtype = _dtype(s, quant)
-        dims = model_dims(model_config(which, dtype))
-        need = dims.needed(quant, s["memory_ctx"], 0, _bytes(dtype))
-        row = {"dtype": dtype, "estimate_gib": need / GIB}
-        row.update(_guard(lambda: _peak_one(s, which, quant, dtype)))
-        res["precisions"][quant] = row
-    return res
-
-
-def _peak_one(s: dict, which: str, quant: str, dtype: str) -> dict:
-    from measure.gpu_bench import free_cuda, make_target, model_source, peak_bytes
-
-    name, model, group = model_source(which, s["device"], dtype)
-    path = "compiled" if s["device"] == "cuda" else "static"
-    target = make_target(path, name, s["device"], dtype, s["memory_ctx"] + 32, quant,
-                         (1, 8, 32), model, group)
-    peak = peak_bytes(target, s["memory_ctx"] - 32, 32)
-    target.close()
-    del model, target
-    free_cuda()
-    return {"path": path, "peak_gib": None if peak is None else peak / GIB}
-
-
-def part_methods(s: dict, out: Path) -> dict:
-    """vanilla/sps/duo on smol-self with the compiled target (eager on the CPU), eager
-    vanilla beside it, and gemma-smol where its files are here (not in the tiny mode)."""
-    q = questions(out, s["prompts"])
-    on = "on" if s["device"] == "cuda" else "off"
-    res = {"smol-self compiled": _bench(s, out, "smol-self", "vanilla,sps,duo", on, q),
-           "smol-self eager": _bench(s, out, "smol-self", "vanilla", "off", q)}
-    if not s["tiny"] and _pair_here("gemma-smol"):  # its GGUF travels on its own
-        res["gemma-smol compiled"] = _bench(s, out, "gemma-smol", "vanilla,sps,duo", on, q)
-    return res
-
-
 def questions(out: Path, n: int, source: str = "prompts") -> Path:
     """The first n project prompts (bench/SOURCE.jsonl) taken a category at a time."""
     rows = [json.loads(x) for x in (ROOT / "bench" / f"{source}.jsonl").read_text().splitlines()
@@ -258,84 +186,6 @@ def questions(out: Path, n: int, source: str = "prompts") -> Path:
     path = out / ("questions.jsonl" if source == "prompts" else f"{source}.jsonl")
     path.write_text("".join(json.dumps(r) + "\n" for r in order[:n]))
     return path
-
-
-def _pair_here(name: str) -> bool:
-    from models.pairs.catalog import draft_path, get_pair, target_source
-
-    spec = get_pair(name)
-    return draft_path(spec).exists() and target_source(spec)[1].exists()
-
-
-def _bench(s: dict, out: Path, pair: str, methods: str, compile: str, q: Path) -> dict:
-    """scripts/benchmark.py in its own process, its output in the folder's output.log; its
-    summary, or the output's tail."""
-    d = out / f"bench-{pair}-{compile}-{methods.replace(',', '-')}"
-    cmd = [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--pair", pair,
-           "--methods", methods, "--questions", str(q), "--max-new-tokens",
-           str(s["max_new_tokens"]), "--figure1-lengths=", "--target-compile", compile,
-           "--target-quant", "none", "--out", str(d)]
-    if s["device"] != "cuda":
-        cmd += ["--device", "cpu"]
-    d.mkdir(parents=True, exist_ok=True)
-    log = d / "output.log"  # as it goes: a part cut off by its deadline still shows how far
-    with log.open("w") as f:  # it got (scripts/gpu_checks.sh packs the folder)
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if proc.returncode:
-        return {"error": log.read_text()[-2000:]}
-    r = json.loads((d / "results.json").read_text())
-    return {"machine": r["machine"], "methods": r["methods"], "ratios": r.get("ratios", {})}
-
-
-def part_lookup(s: dict, out: Path) -> dict:
-    """Lookup rounds (docs/lookup.md): duo with and without them on copy-heavy prompts."""
-    q = questions(out, 1 if s["tiny"] else 5, "copy_prompts")
-    methods = "duo,duo-nolookup" + ("" if s["tiny"] else ",lookup")
-    on = "on" if s["device"] == "cuda" else "off"
-    return {"smol-self copy-heavy": _bench(s, out, "smol-self", methods, on, q)}
-
-
-def part_llamacpp(s: dict, out: Path) -> dict:
-    """The llamacpp peer on smol-self, and llama.cpp on the 8B shape's random GGUF (F16,
-    Q8_0) at two layer counts, projected to the full depth; the smol draft's CPU speed."""
-    from models.pairs.catalog import draft_path, get_pair
-
-    q = questions(out, min(4, s["prompts"]))
-    res = {"peer": _bench(s, out, "smol-self", "llamacpp", "off", q)}
-    res["random"] = _guard(lambda: _llama_random(s, out))
-    draft = draft_path(get_pair("smol-self"))
-    res["draft_cpu_ms"] = _guard(lambda: _draft_ms(draft, s))
-    return res
-
-
-def _llama_random(s: dict, out: Path) -> dict:
-    import llama_cpp
-
-    from measure.gguf_random import decode_s, per_layer, quantize_q8, write_random_gguf
-    from measure.gpu_bench import LLAMA_8B, TINY
-
-    config = TINY if s["tiny"] else LLAMA_8B
-    gpu = bool(llama_cpp.llama_supports_gpu_offload())
-    times: dict[str, dict[int, float]] = {"F16": {}, "Q8_0": {}}
-    tmp = out / "gguf"
-    tmp.mkdir(exist_ok=True)
-    for n in s["llama_layers"]:
-        f16 = write_random_gguf(tmp / f"rand-{n}-f16.gguf", config, n)
-        q8 = quantize_q8(f16, tmp / f"rand-{n}-q8_0.gguf")
-        for kind, path in (("F16", f16), ("Q8_0", q8)):
-            times[kind][n] = decode_s(path, gpu)
-            path.unlink()
-    full = config["num_hidden_layers"]
-    return {"on_gpu": gpu, "layers_measured": s["llama_layers"], "layers": full,
-            "ms": {k: {str(n): t * 1e3 for n, t in v.items()} for k, v in times.items()},
-            "projected_ms": {k: per_layer(v, full) * 1e3 for k, v in times.items()}}
-
-
-def _draft_ms(draft: Path, s: dict) -> dict:
-    from measure.gguf_random import decode_s
-
-    threads = 8 if s["device"] == "cuda" else 1
-    return {"threads": threads, "ms": decode_s(draft, False, threads=threads) * 1e3}
 
 
 # -- running and merging -----------------------------------------------------------------

@@ -1,21 +1,17 @@
-"""report.md from the GPU report's report.json: one section per part, the goals the issue
-sets checked where their figures are present, and `duo`'s speed projected from the measured
-verify and draft costs."""
+"""report.md from the GPU report's report.json: one section per part, and the compiled
+forward against its memory floor."""
 from __future__ import annotations
-
-ALPHAS = (0.7, 0.8, 0.9)
 
 
 def render(r: dict) -> str:
     out = ["# GPU report", ""]
-    for title, fn, key in (("Environment", _env, "env"), ("CUDA graphs", _graphs, "graphs"),
-                           ("Forward time (ms) and memory floor", _forward, "forward"),
-                           ("Peak memory", _memory, "memory"), ("Methods", _methods, "methods"),
-                           ("llama.cpp", _llamacpp, "llamacpp"),
-                           ("Lookup rounds", _lookup, "lookup")):
+    for title, fn, key in (("Environment", _env, "env"),
+                           ("Forward time (ms) and memory floor", _forward, "forward")):
         if key in r:
             out += [f"## {title}", ""] + (_error(r[key]) or fn(r[key], r)) + [""]
-    out += ["## Goals", ""] + _goals(r) + [""]
+    floor = _floor(r.get("forward", {}))
+    if floor:
+        out += ["## Against the memory floor", ""] + floor + [""]
     return "\n".join(out)
 
 
@@ -26,14 +22,6 @@ def _error(part: dict) -> list[str]:
 
 def _env(e: dict, r: dict) -> list[str]:
     return ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in e.items()]
-
-
-def _graphs(g: dict, r: dict) -> list[str]:
-    if g.get("engaged") is None:
-        return [g.get("note", "not measured")]
-    return [f"Compiled static target ({g['model']}) with `cudagraph_or_error`: "
-            f"{'engaged' if g['engaged'] else 'NOT engaged'}, {g['cudagraph_skips']} "
-            f"cudagraph skip(s); chunk@filled ms: {g['ms']}"]
 
 
 def _forward(f: dict, r: dict) -> list[str]:
@@ -85,152 +73,13 @@ def _cells(p: dict, cols: list[str], row: dict) -> list[str]:
             for c in cols]
 
 
-def _memory(m: dict, r: dict) -> list[str]:
-    out = [f"{m['model']}, window {m['ctx']} tokens filled and a 32-token chunk.", "",
-           "| precision | estimate GiB | peak GiB |", "|---|---|---|"]
-    for q, row in m["precisions"].items():
-        peak = row.get("peak_gib")
-        peak = row.get("error", "n/a (CPU)")[:60] if peak is None else f"{peak:.2f}"
-        out.append(f"| {q} ({row['dtype']}) | {row['estimate_gib']:.3g} | {peak} |")
-    return out
-
-
-def _methods(m: dict, r: dict) -> list[str]:
-    out = []
-    for run, res in (kv for kv in m.items() if isinstance(kv[1], dict)):
-        if "error" in res:
-            out += [f"{run}: failed", "", "```", res["error"][-800:], "```", ""]
-            continue
-        out += [f"### {run} ({res['machine']['target_path']}, "
-                f"{res['machine']['target_device']})", ""]
-        out += _method_table(res["methods"]) + [""]
-    return out
-
-
-def _lookup(lk: dict, r: dict) -> list[str]:
-    """duo over duo-nolookup on copy-heavy prompts, the rounds lookup drafts won, the table."""
-    out = []
-    for run, res in (kv for kv in lk.items() if isinstance(kv[1], dict) and "ratios" in kv[1]):
-        duo = res["methods"]["duo"]["overall"]
-        got = duo.get("lookup") or {"won": 0, "share": 0.0, "acceptance": 0.0}
-        out += [f"{run}: duo {res['ratios']['duo / duo-nolookup']['overall']:.2f}x duo-nolookup "
-                f"(median per prompt); lookup drafts won {got['won']} of {duo['rounds']} rounds, "
-                f"{100 * got['share']:.0f}% of the tokens, acceptance {got['acceptance']:.2f}", ""]
-    return out + _methods(lk, r)
-
-
-def _method_table(methods: dict) -> list[str]:
-    cats = sorted(next(iter(methods.values()))["categories"])
-    out = ["| method | overall | " + " | ".join(cats) + " |", "|---|---|" + "---|" * len(cats)]
-    for name, s in methods.items():
-        out.append(f"| {name} | {s['overall']['tokens_per_s']:.1f} | " + " | ".join(
-            f"{s['categories'][c]['tokens_per_s']:.1f}" for c in cats) + " |")
-    return out
-
-
-def _llamacpp(lc: dict, r: dict) -> list[str]:
-    out = []
-    peer = lc.get("peer", {})
-    if "methods" in peer:
-        tps = peer["methods"]["llamacpp"]["overall"]["tokens_per_s"]
-        out += [f"`llamacpp` peer on smol-self: {tps:.1f} tokens/s.", ""]
-    elif "error" in peer:
-        out += ["`llamacpp` peer failed:", "```", peer["error"][-600:], "```", ""]
-    rnd, draft = lc.get("random", {}), lc.get("draft_cpu_ms", {})
-    if "projected_ms" in rnd:
-        out += _random_table(rnd, r.get("forward", {}))
-    elif "error" in rnd:
-        out += [f"Random-weight GGUF failed: `{rnd['error']}`"]
-    if "ms" in draft:
-        out += ["", f"Draft (smol-self's GGUF) on the CPU, {draft['threads']} threads: "
-                f"{draft['ms']:.2f} ms/token.", ""] + _projection(r, draft["ms"] / 1e3)
-    return out
-
-
-def _random_table(rnd: dict, fwd: dict) -> list[str]:
-    where = "all layers on the GPU" if rnd["on_gpu"] else "the CPU"
-    out = [f"llama.cpp on random weights of the 8B shape ({where}): measured at "
-           f"{rnd['layers_measured']} layers, projected linearly to {rnd['layers']} "
-           "(writing the full-depth F16 file would take 16 GB). Single-token decode:", "",
-           "| engine | precision | ms/token | tokens/s |", "|---|---|---|---|"]
-    for k, ms in rnd["projected_ms"].items():
-        out.append(f"| llama.cpp | {k} | {ms:.2f} | {1e3 / ms:.1f} |")
-    model = _big(fwd)
-    for q, row in fwd.get("models", {}).get(model, {}).items():
-        ms = row.get("compiled", {}).get("ms", {}).get(f"1@{fwd['lengths'][0]}")
-        if ms:
-            out.append(f"| ours, compiled ({model}) | {q} | {ms:.2f} | {1e3 / ms:.1f} |")
-    return out
-
-
 def _big(fwd: dict) -> str:
     return "llama8b" if "llama8b" in fwd.get("models", {}) else "tiny"
 
 
-def _projection(r: dict, draft_s: float) -> list[str]:
-    """`duo`'s expected tokens/s under the draft budget's cost model at a few acceptances."""
-    from core.budget import DraftBudget, Profile
-
-    fwd = r.get("forward", {})
-    model, out = _big(fwd), []
-    for q, row in fwd.get("models", {}).get(model, {}).items():
-        verify = _verify_curve(row.get("compiled") or row.get("static") or {}, fwd)
-        if not verify:
-            continue
-        for a in ALPHAS:
-            b = DraftBudget(Profile(draft_s, verify, {1: draft_s}, "cuda"), overlap=True, alpha=a)
-            rate = b.expected_rate(b.gamma) if b.gamma else b.plain_rate()
-            out.append(f"| {model} {q} | {a} | {b.gamma} | {rate:.1f} | {b.plain_rate():.1f} |")
-    head = ["Projected `duo` (verify costs above at the middle filled length, the draft's "
-            "measured cost):", "", "| target | acceptance | gamma | duo tok/s | target alone |",
-            "|---|---|---|---|---|"]
-    return head + out if out else []
-
-
-def _verify_curve(p: dict, fwd: dict) -> list[float]:
-    """verify_s[n - 1] for n = 1..max chunk, linear between the measured chunks."""
-    if "ms" not in p:
-        return []
-    n = fwd["lengths"][len(fwd["lengths"]) // 2]
-    pts = sorted((c, p["ms"][f"{c}@{n}"] / 1e3) for c in fwd["chunks"])
-    curve = []
-    for k in range(1, pts[-1][0] + 1):
-        (c0, t0), (c1, t1) = next(((a, b) for a, b in zip(pts, pts[1:]) if k <= b[0]),
-                                  (pts[0], pts[-1]) if len(pts) > 1 else (pts[0], pts[0]))
-        curve.append(t0 if c1 == c0 else t0 + (t1 - t0) * (k - c0) / (c1 - c0))
-    return curve
-
-
-def _goals(r: dict) -> list[str]:
-    out = []
-    m = r.get("methods", {})
-    comp, eager = m.get("smol-self compiled", {}), m.get("smol-self eager", {})
-    path = comp.get("machine", {}).get("target_path")
-    if path and path != "static-compiled":
-        out.append(f"- the `methods` run's target path was {path}: no compiled figures")
-    elif "methods" in comp and "methods" in eager:
-        c = comp["methods"]["vanilla"]["overall"]["tokens_per_s"]
-        e = eager["methods"]["vanilla"]["overall"]["tokens_per_s"]
-        out.append(f"- compiled `vanilla` / eager `vanilla` on smol-self: {c / e:.1f}x "
-                   f"(goal 5x): {'met' if c >= 5 * e else 'NOT met'}")
-        out += _duo_goal(comp["methods"])
-    out += _floor_goal(r.get("forward", {}))
-    return out or ["(no figures for the goals yet)"]
-
-
-def _duo_goal(methods: dict) -> list[str]:
-    if "duo" not in methods:
-        return []
-    cats = methods["vanilla"]["categories"]
-    slow = [c for c in cats if methods["duo"]["categories"][c]["tokens_per_s"]
-            < cats[c]["tokens_per_s"]]
-    return [f"- `duo` no slower than compiled `vanilla` on any category: "
-            f"{'met' if not slow else 'NOT met on ' + ', '.join(slow)}"]
-
-
-def _floor_goal(fwd: dict) -> list[str]:
+def _floor(fwd: dict) -> list[str]:
     out, model = [], _big(fwd)
-    for q, limit in (("none", 1.5), ("int4", 2.0), ("int8", 1.5)):
+    for q in ("none", "int4", "int8"):
         row = fwd.get("models", {}).get(model, {}).get(q, {})
         ms = row.get("compiled", {}).get("ms", {})
         ratios = [v / row["floor_ms"][k.split("@")[1]] for k, v in ms.items()
@@ -238,7 +87,7 @@ def _floor_goal(fwd: dict) -> list[str]:
         if ratios:
             worst = max(ratios)
             out.append(f"- {model} {q} compiled forward of 1-8 tokens: up to {worst:.2f}x its "
-                       f"memory floor (goal {limit}x): {'met' if worst <= limit else 'NOT met'}")
+                       "memory floor")
     return out + _int8_verdict(fwd.get("models", {}).get(model, {}))
 
 

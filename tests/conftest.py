@@ -97,7 +97,7 @@ def _uses_app(item) -> bool:
 SLOW_FILES = ("test_browser", "test_cross_tokenizer", "test_target_static", "test_real_lossless",
               "test_grammar", "test_sampling_lossless", "test_gpu", "test_gpu_checks",
               "test_multi_seq",
-              "test_flex_attention", "test_api_agents", "test_quant", "test_quant_target",
+              "test_api_agents", "test_quant", "test_quant_target",
               "test_api", "test_defaults", "test_bad_input", "test_context", "test_seeded",
               "test_constraints", "test_target_dtype", "test_api_fields", "test_cli",
               "test_lookup_lossless", "test_benchmark")

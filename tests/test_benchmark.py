@@ -60,44 +60,6 @@ def test_a_run_that_dies_keeps_what_it_measured(tmp_path, monkeypatch):
     assert vanilla["prompts"] == 2 and vanilla["empty_outputs"] == 1 and vanilla["new_tokens"] == 8
 
 
-def test_window_bench_writes_a_row_per_path_window_fill_and_chunk(tmp_path, monkeypatch):
-    """scripts/window_bench.py end to end at a tiny size (eager and static, no compile), on
-    smol-self's target cut to 4 layers (tests/cut_target.py: the rows and the table are the
-    subject, not the forwards' times; the 30 layers took 8 CPU seconds, the cut 4)."""
-    import scripts.window_bench as wb
-    from tests.cut_target import cut_target
-
-    monkeypatch.setattr(wb, "converted_dir", lambda *a, **k: cut_target("smol-self"))
-    wb.main(["--paths", "eager,static", "--windows", "512", "--fills", "40,300",
-             "--chunks", "1,4", "--repeats", "1", "--out", str(tmp_path)])
-    rows = json.loads((tmp_path / "forward.json").read_text())
-    assert len(rows) == 2 * 2 * 2 and all(r["median_ms"] > 0 for r in rows)
-    table = (tmp_path / "forward.md").read_text()
-    assert "| static | 512 | 300 |" in table and table.count("\n") == 2 + 4
-
-
-def test_load_bench_reports_each_process_against_its_fair_share(tmp_path):
-    """scripts/load_bench.py: shares of idle speed and the fair share, ours and the others'
-    (the competitors' logs are read only inside our time window)."""
-    import scripts.load_bench as lb
-    log = tmp_path / "gen1-0-duo.jsonl"
-    log.write_text("\n".join(json.dumps(r) for r in [
-        {"start": 0.0, "end": 5.0, "ttft_s": 0.1, "tokens_per_s": 99.0},  # before the window
-        {"start": 11.0, "end": 12.0, "ttft_s": 0.4, "tokens_per_s": 10.0},
-        {"start": 13.0, "end": 14.0, "ttft_s": 0.6, "tokens_per_s": 12.0}]))
-    c = lb.Competitors.__new__(lb.Competitors)
-    c.logs = [None, log]
-    (speed,) = c.speeds(10.0, 20.0)
-    assert speed == {"tokens_per_s": 11.0, "ttft_s": 0.5, "runs": 2, "process": "gen1-0-duo"}
-    results = {"idle": {"ours": {"duo": {"tokens_per_s": 40.0, "ttft_s": 0.2}},
-                        "competitors": []},
-               "gen1": {"ours": {"duo": {"tokens_per_s": 16.0, "ttft_s": 0.3}},
-                        "competitors": [speed]}}
-    table = lb.report(results, {"duo": {"tokens_per_s": 22.0}})
-    assert "| gen1 | ours: duo | 16.0 | 0.40 | 0.50 | 0.30 |" in table
-    assert "| gen1 | gen1-0-duo | 11.0 | 0.50 | 0.50 | 0.50 |" in table
-
-
 class Memory:
     """A stand-in for the app's lookup memory: counts the times it was emptied."""
 
@@ -294,24 +256,6 @@ def test_the_lookup_option_on_the_command_line():
         gen_config(one, one.method)
     with pytest.raises(SystemExit):
         generate.parse(["--prompt", "x", "--lookup", "maybe"])
-
-
-def test_budget_ceiling_prices_lookup_rounds_and_longer_buckets():
-    """scripts/budget_ceiling.py's lookup rounds on made-up verify costs: a flat cost pays
-    for the longest chunk (a longer bucket pays), a cost per token never does; the GPU
-    projection counts the rounds that still wait for the CPU draft."""
-    import scripts.budget_ceiling as bc
-    from core.budget import Profile
-
-    flat = Profile(0.01, [0.1] * 65)
-    assert bc.lookup_rate(flat, 1.0, 32) == (32, pytest.approx(330.0))
-    assert "64-token chunk bucket pays" in bc.longer_verdict(flat)
-    per_token = Profile(0.01, [0.1 * n for n in range(1, 66)])
-    assert bc.longer_verdict(per_token).startswith("No longer chunk bucket pays")
-    rows = {tuple(r.split(" | ")[:2]): r for r in bc.gpu_table(0.8, 0.5, 0.9, 16)}
-    slow_draft = rows[("| 8", "6")].split(" | ")
-    assert slow_draft[4] == "all" and slow_draft[7] == "50% |"  # half the rounds no longer wait
-    assert float(slow_draft[6]) > 1.0  # lookup rounds raise the projected rate
 
 
 @pytest.mark.parametrize("extra,needle", [

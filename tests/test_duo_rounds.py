@@ -223,12 +223,12 @@ def test_branched_chunks_do_not_look_like_a_slow_draft():
                     DraftTiming(busy_s=4 * 0.012))
     rec = RoundRecord(0, 0.05, (0, 0.048), (0, 0.05), 4, 4)
     for _ in range(10):
-        run_.telemetry.observe(budget, rec, 5, 5, chunk)
+        run_.learn(budget, run_.telemetry.lesson(budget, rec, 5, 5, chunk))
     assert abs(budget.draft_scale - 1.0) < 0.01
     single = DraftBudget(prof, overlap=True, alpha=0.9)
     for _ in range(10):
         one = Drafted(Proposal(Draft(tokens=[1, 2, 3, 4])), DraftTiming(busy_s=4 * 0.012))
-        run_.telemetry.observe(single, rec, 5, 5, one)
+        run_.learn(single, run_.telemetry.lesson(single, rec, 5, 5, one))
     assert single.draft_scale > 2.0  # the same time for one sequence: a slower draft
 
 

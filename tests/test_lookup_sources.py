@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from core.backends import Draft
-from core.branching import FirstTokenOdds
 from core.bands import BAND_PRIOR, MEMORY_PRIOR, LookupBands
 from core.budget import DraftBudget, Profile
 from core.fusion import LookupPolicy
@@ -65,10 +64,13 @@ def test_a_memory_round_is_counted_and_learned_in_the_memory_s_bands():
     pick_, bands = pick(memory_rate=1.0)
     assert pick_.source == "lookup" and pick_.draft.lookup_source == "memory"
     assert pick_.draft.tail(1).lookup_source == pick_.draft.head(2).lookup_source == "memory"
-    telemetry = Telemetry(GenerationStats("lookup"), 0.0, FirstTokenOdds())
-    telemetry.bands = bands
+    telemetry, before = Telemetry(GenerationStats("lookup"), 0.0), list(bands.tried)
     telemetry.drafting(pick_.draft, pick_.source, pick_.offered)
-    telemetry.round(0.0, (0.0, 0.0), (0.0, 0.0), len(pick_.draft), accepted=0)
+    rec = telemetry.round(0.0, (0.0, 0.0), (0.0, 0.0), len(pick_.draft), accepted=0)
+    budget = DraftBudget(Profile(draft_token_s=0.01, verify_s=[0.05] * 33), overlap=True)
+    lesson = telemetry.lesson(budget, rec, len(pick_.draft), 0, None)
+    assert bands.tried == before  # recorded, not yet learned
+    bands.observe(*lesson.band)
     memory_band = LookupBands.band(pick_.draft.conf[0], "memory")
     assert bands.tried[memory_band] == 1 and bands.passed[memory_band] == 0
     assert sum(bands.tried[:len(BAND_PRIOR)]) == 0

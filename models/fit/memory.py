@@ -238,12 +238,6 @@ def pair_sizes(s, gpu_free: int | None, gpu_total: int | None = None) -> dict:
     return out
 
 
-def precision_sizes(s, gpu_free: int | None, gpu_total: int | None = None) -> tuple[dict | None, str]:
-    """(GiB per precision, what this machine would use) of pair_sizes."""
-    r = pair_sizes(s, gpu_free, gpu_total)
-    return r["vram"], r["use"]
-
-
 def target_config(s) -> dict:
     """The target's sizes: the catalog's target_config, or config.json of a downloaded target."""
     if isinstance(s.extra.get("target_config"), dict):

@@ -32,11 +32,9 @@ def span_for(end: int, buckets: list[int]) -> int:
     return next(b for b in buckets if b >= end)
 
 
-def attach(model, size: int, dtype: torch.dtype, device: str, impl: str = NAME,
-           function=None) -> list[torch.Tensor]:
+def attach(model, size: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
     """Give every attention layer its K/V buffers (1, kv heads, size, head dim) and switch the
-    model to this attention (or to `function` registered as `impl`: models/target/flex.py);
-    returns the buffers (static addresses for CUDA graphs)."""
+    model to this attention; returns the buffers (static addresses for CUDA graphs)."""
     cfg = model.config.get_text_config(decoder=True)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -51,9 +49,9 @@ def attach(model, size: int, dtype: torch.dtype, device: str, impl: str = NAME,
             buffers.append(buf)
     for buf in buffers:
         torch._dynamo.mark_static_address(buf)
-    AttentionInterface.register(impl, function or span_attention)
-    AttentionMaskInterface.register(impl, sdpa_mask)  # unused: masks() builds them
-    model.set_attn_implementation(impl)
+    AttentionInterface.register(NAME, span_attention)
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # unused: masks() builds them
+    model.set_attn_implementation(NAME)
     return buffers
 
 
@@ -72,10 +70,10 @@ def attention_layers(model) -> list[torch.nn.Module]:
     return layers
 
 
-def masks(model, pos: torch.Tensor, keys: torch.Tensor, start=None):
+def masks(model, pos: torch.Tensor, keys: torch.Tensor):
     """Boolean masks (1, 1, chunk, span): position j is seen by the query at position p when
     j <= p, and, in a sliding-window layer, j > p - window. A dict by layer type when the
-    model mixes layer types (Gemma 3), as its forward expects. (`start` is for flex.masks.)"""
+    model mixes layer types (Gemma 3), as its forward expects."""
     full = (keys[None, :] <= pos[:, None])[None, None]
     cfg = model.config.get_text_config(decoder=True)
     types = set(getattr(cfg, "layer_types", None) or ["full_attention"])

@@ -23,7 +23,6 @@ from core.backends import SampleCheck, Scores
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
-from models.target import flex
 from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
@@ -39,25 +38,20 @@ EXACT_FROM = 8
 
 
 class StaticTarget(TorchTarget):
-    """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one,
-    `attention` the packed-SDPA attention ("sdpa") or FlexAttention ("flex")."""
+    """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one."""
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None, attention: str = "sdpa"):
-        if attention not in flex.CHOICES:  # refused before the weights load
-            flex.module_for(attention, "cpu")
+                 quant_group: int | None = None, *, model=None):
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
                          model=model)
-        self._attn = flex.module_for(attention, self.device)  # "sdpa" or "flex"
-        self.attention = attention
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
         self.compiled = compile
         # a dynamic chunk length where it saves compiles: two sizes past 1 (a dynamic graph
-        # compiles slower than one static size); flex keeps one graph a size (not tried)
-        self._dynamic_chunk = attention == "sdpa" and sum(b > 1 for b in self.buckets) > 1
+        # compiles slower than one static size)
+        self._dynamic_chunk = sum(b > 1 for b in self.buckets) > 1
         self._exact = self._dynamic_chunk and not cuda  # chunks unpadded on the CPU
         self.path = "static-compiled" if compile else "static"
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
@@ -82,7 +76,7 @@ class StaticTarget(TorchTarget):
         # one graph compiled with the span dynamic; all lengths are multiples of ALIGN
         largest = self.buckets[-1]
         size, slots = span_limit(self.n_ctx, largest), static_slots(self.n_ctx, largest)
-        self._kv = self._attn.attach(self.model, slots, self.model.dtype, self.device)
+        self._kv = span.attach(self.model, slots, self.model.dtype, self.device)
         self.spans = span.spans(size)
         self._keys = torch.arange(slots, device=self.device)
         torch._dynamo.mark_static_address(self._keys)
@@ -196,7 +190,7 @@ class StaticTarget(TorchTarget):
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
         ids = upload[1:1 + offsets.shape[0]].unsqueeze(0)
         pos = upload[0] + offsets
-        logits = self.model.lm_head(self._forward(ids, pos, keys, upload))
+        logits = self.model.lm_head(self._forward(ids, pos, keys))
         return logits.argmax(dim=-1), logits  # the softcap keeps the order: argmax as is
 
     def _prefill(self, piece: list[int]) -> torch.Tensor:
@@ -208,9 +202,8 @@ class StaticTarget(TorchTarget):
         self.cached_ids += piece
         return hidden
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor,
-                 start: torch.Tensor | None = None):
-        mask = self._attn.masks(self.model, pos, keys, start)  # start[0] is pos[0]
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
+        mask = span.masks(self.model, pos, keys)
         out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
                                attention_mask=mask, use_cache=False, duo_pos=pos,
                                duo_keys=keys)
@@ -260,7 +253,7 @@ class StaticTarget(TorchTarget):
         was_compiled = self in _COMPILED
         _COMPILED.discard(self)
         if self.model is not None:
-            self._attn.detach(self.model)
+            span.detach(self.model)
         self._step, self._kv = None, []
         if was_compiled and not _COMPILED:
             release_compiled()
