@@ -161,6 +161,7 @@ class EmulatedTarget:
         self.dtype, self.quant = p.dtype, p.quant
         self.path = f"emulated:{p.name}:{emulation.clock}"
         self.compile_choice = f"emulated ({emulation.clock} clock)"
+        self.packed, self.pack_choice = False, "not packed: emulated"
         self.cached_ids: list[int] = []
 
     @property

@@ -61,10 +61,11 @@ def _common(a: list[int], b: list[int]) -> int:
 
 
 def oracle_key(pair, ids: list[int], n_tokens: int) -> str:
-    """Pair, its target's converted folder (its files' hash), precision, prompt ids, tokens."""
+    """Pair, its target's converted folder (its files' hash), precision, packed weights (the
+    same sums in another order), prompt ids, tokens."""
     t = pair.target
     text = json.dumps([ORACLE_FORMAT, pair.spec.name, str(pair.target_dir), t.dtype, t.quant,
-                       list(ids), n_tokens])
+                       t.packed, list(ids), n_tokens])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

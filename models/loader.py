@@ -39,6 +39,7 @@ class LoadOptions:
     compile_buckets: tuple[int, ...] | None = None  # chunk lengths compiled (None: default)
     target_quant: str = "auto"  # auto (cuda: best that fits; CPU: fastest), none, int8, int4
     remeasure: bool = False  # time the draft threads and the budget profile again
+    target_pack: bool = True  # an eager CPU target on packed weights where they fit
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
@@ -53,6 +54,7 @@ class TargetOptions:
     buckets: tuple[int, ...] | None
     quant: str
     group: int | None  # int4's group size (GGUF blocks are 32 wide), None: the default
+    pack: bool  # the eager CPU target's layers on packed weights where they fit
 
 
 LOOKUP_MEMORY_TOKENS = 1 << 17  # earlier requests' tokens the lookup keeps (oldest go first)
@@ -118,7 +120,7 @@ class Pair:
         quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, n_ctx,
                                                    o.target_quant, group, say)
         return TargetOptions(model_dir, device, dtype, n_ctx, o.target_compile,
-                             o.compile_buckets, quant, group)
+                             o.compile_buckets, quant, group, o.target_pack)
 
     def _load_draft(self, n_ctx: int, say):
         """The draft on its chosen attention kernel, with its vocabulary and prefill copy."""
@@ -276,6 +278,7 @@ class Pair:
                 ev.stats["target_device"] = self.target.device
                 ev.stats["target_path"] = self.target.path
                 ev.stats["target_quant"] = self.target.quant
+                ev.stats["target_packed"] = self.target.packed
                 ev.stats["draft_prefill"] = self.prefill_choice.to_dict()
                 ev.stats["draft_attention"] = self.attention_choice.to_dict()
             yield ev
@@ -289,7 +292,8 @@ class Pair:
                          f"prefill: {self.prefill_choice.reason}",
                 "target": f"{self.target.device_name()}, {self.target.dtype}, weights "
                           f"{self.target.quant} ({self.quant_reason.split(' [')[0]}), "
-                          f"{self.target.path} ({self.target.compile_choice})",
+                          f"{self.target.path} ({self.target.compile_choice}), "
+                          f"{self.target.pack_choice}",
                 "summary": summary(self.threads.draft, self.target)}
 
     def close(self) -> None:
@@ -326,7 +330,7 @@ def _build_target(load_target, t: TargetOptions, say, threads: int):
     if not t.device.startswith("cuda"):
         torch.set_num_threads(threads)
     return load_target(t.model_dir, t.device, t.dtype, t.n_ctx, t.compile, t.buckets, say,
-                       t.quant, t.group)
+                       t.quant, t.group, t.pack)
 
 
 def _tokenizer(auto, model_dir, pair: str):

@@ -216,6 +216,7 @@ def machine(pair, methods) -> dict:
             "torch": torch.__version__, "target_device": pair.target.device_name(),
             "target_dtype": pair.target.dtype, "target_path": pair.target.path,
             "target_compile": pair.target.compile_choice,
+            "target_pack": pair.target.pack_choice,
             "threads": {m: method_threads(pair, m) for m in methods},
             "pair": pair.spec.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 

@@ -26,13 +26,14 @@ use_fixed_profiles()  # the suite's pairs get fixed budget profiles (tests/profi
 
 
 def reference_pair(name: str):
-    """The eager, unquantized reference path, float32 on the CPU even where cuda is present:
-    the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda).
+    """The eager, unquantized, unpacked reference path, float32 on the CPU even where cuda is
+    present: the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda).
     Its duo overlaps (overlapped), as with the target on a GPU."""
     from models.loader import LoadOptions, Pair
 
     return overlapped(no_drift_checks(Pair(name, LoadOptions(
-        device="cpu", dtype="float32", target_compile="off", target_quant="none"))))
+        device="cpu", dtype="float32", target_compile="off", target_quant="none",
+        target_pack=False))))
 
 
 def overlapped(pair):
@@ -186,6 +187,7 @@ def pair_with(smol_pair):
             options.setdefault("dtype", "float32")
             options.setdefault("target_compile", "off")
             options.setdefault("target_quant", "none")
+            options.setdefault("target_pack", False)  # packed: tests/test_target_packed.py
             pairs.append(overlapped(no_drift_checks(Pair("smol-self", LoadOptions(**options)))))
             return pairs[-1]
         yield load

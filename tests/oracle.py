@@ -39,7 +39,7 @@ def _key(pair, ids: list[int], fields: dict | None = None) -> str:
     asked = [list(ids), fields] if fields else list(ids)
     prompt = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
     return "|".join([pair.target_dir.name, str(t.device), str(t.dtype), str(t.quant),
-                     str(t.path), code_hash(), prompt])
+                     str(t.path), f"packed{int(t.packed)}", code_hash(), prompt])
 
 
 def load(pair, ids: list[int], fields: dict | None = None) -> tuple[list[int], int]:

@@ -1,5 +1,5 @@
 """The default run end to end: with no options on a CPU-only machine, the eager target (nothing
-timed to choose it), float32 and the model's own weights, the plan's threads (the draft's
+timed to choose it), float32 and the model's own weights on packed layers, the plan's threads (the draft's
 fastest measured count, the target every core: the two take turns), duo in sps's loop with
 the lookup, no method over the cores, and the benchmark running every method, the peers too."""
 from __future__ import annotations
@@ -53,11 +53,13 @@ def test_the_cpu_default_is_eager_with_one_plan_and_duo_in_sps_s_loop(default_pa
     ids, stats = tokens_and_stats(pair, "duo", 8)
     assert (stats["target_path"], stats["target_quant"], stats["target_dtype"],
             stats["target_device"]) == ("eager", "none", "float32", "cpu")
+    assert stats["target_packed"] is True  # the copy fits this machine's RAM
     assert stats["threads"] == {"draft": 2, "target": CORES, "prefill": CORES,
                                 "overlapped": False}
     assert stats["schedule"] == SPS_LOOP and not pair.overlapped
     assert "CPU, 2 thread(s), " in pair.describe()["draft"]
     assert "eager (auto: eager on the CPU" in pair.describe()["target"]
+    assert "multi-row products on oneDNN's packed weights" in pair.describe()["target"]
     assert ids == tokens_and_stats(pair, "vanilla", 8)[0]
 
 

@@ -64,10 +64,10 @@ def _running(device: str, dtype: str) -> tuple[str, ...]:
 
 def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: str = "auto",
                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                quant_group: int | None = None):
+                quant_group: int | None = None, pack: bool = True):
     """The target for these options (`quant` already picked), at the thread count torch has
     now (the placement's: a compiled CPU target's graphs keep it). `auto`: compiled on cuda,
-    eager on the CPU (CPU_PATH says why)."""
+    eager on the CPU (CPU_PATH says why), its weights packed where that pays (`pack`)."""
     from models.target.static import StaticTarget
     from models.target.eager import TorchTarget
 
@@ -83,7 +83,8 @@ def load_target(model_dir: Path, device: str, dtype: str, n_ctx: int, compile: s
         target = StaticTarget(model_dir, device, n_ctx, dtype, compile=True, buckets=buckets,
                               progress=progress, quant=quant, quant_group=quant_group)
     else:
-        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress)
+        target = TorchTarget(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
+                             pack=pack)
     why = (f"eager, since {missing}" if missing else "as asked" if compile != "auto"
            else "compiled on cuda" if not cpu else CPU_PATH)
     target.compile_choice = f"{compile}: {why}"

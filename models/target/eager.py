@@ -44,9 +44,11 @@ class TorchTarget:
 
     def __init__(self, model_dir: str | Path, device: str | None = None,
                  n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None, *, model=None):
+                 quant_group: int | None = None, progress=None, *, model=None,
+                 pack: bool = False):
         """`model`: an already built causal LM (random weights of a real shape, say) used
-        instead of loading `model_dir`, which then only names it; `quant` still applies."""
+        instead of loading `model_dir`, which then only names it; `quant` still applies.
+        `pack`: the linear layers on packed weights where that pays (models/target/packed.py)."""
         self.device = device or pick_device()
         self.dtype = pick_dtype(self.device, dtype)
         self.quant = quant  # weight-only: none, int8, int4 (models/target/quant.py)
@@ -63,6 +65,13 @@ class TorchTarget:
             self.model = load_or_quantize(model_dir, quant, self.device, DTYPES[self.dtype],
                                           quant_group, progress)
         self.model.to(self.device).eval()
+        self.packed, self.pack_choice = False, "not packed"
+        if pack:
+            from models.target import packed
+            self.packed, self.pack_choice = packed.choose(self.device, self.model.dtype, quant,
+                                                          self.model)
+            if self.packed:
+                packed.pack(self.model)
         cfg = self.model.config
         self.name = Path(model_dir).name
         self.vocab_size = int(cfg.get_text_config().vocab_size)
