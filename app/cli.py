@@ -157,13 +157,18 @@ def gen_config(args, method: str, lookup: str | None = None) -> GenConfig:
     return cfg
 
 
-def quiet_logs() -> None:
-    """Our progress lines on stderr; the libraries' notes the user cannot act on dropped
-    (models/quiet.py)."""
+def quiet_logs(progress=sys.stderr) -> None:
+    """Our progress lines on `progress` (the scripts: stderr, their output is stdout's; the
+    app: stdout), warnings and errors on stderr; the libraries' notes the user cannot act on
+    dropped (models/quiet.py)."""
     from models.quiet import quiet_imports
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    notes = logging.StreamHandler(progress)
+    notes.addFilter(lambda record: record.levelno < logging.WARNING)
+    problems = logging.StreamHandler(sys.stderr)
+    problems.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[notes, problems])
     quiet_imports()
 
 

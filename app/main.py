@@ -51,7 +51,7 @@ LOCAL = ("127.0.0.1", "localhost", "::1")
 def main(argv=None) -> None:
     t0 = time.perf_counter()
     args = parse(argv)
-    quiet_logs()
+    quiet_logs(progress=sys.stdout)  # a normal start says nothing on stderr
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         get_pair(args.pair)
@@ -81,7 +81,7 @@ def serve_api(host, api, args, t0: float) -> None:
     app.include_router(api)
     use_cors(app, origins(args.cors))
     print(f"API on http://{args.host}:{args.port}/v1 after {time.perf_counter() - t0:.1f} s; "
-          f"loading '{args.pair}' in the background", file=sys.stderr, flush=True)
+          f"loading '{args.pair}' in the background", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
                                            log_level="warning"))
     threading.Thread(target=_wait, args=(host, t0), daemon=True).start()
@@ -110,7 +110,7 @@ def serve_ui(host, api, args, t0: float) -> None:
     use_cors(demo.app, origins(args.cors))  # ours in place of gradio's rule
     print(f"page up at {demo.local_url} (API at {demo.local_url}v1) after "
           f"{time.perf_counter() - t0:.1f} s; loading '{args.pair}' in the background",
-          file=sys.stderr, flush=True)
+          flush=True)
     try:
         _wait(host, t0)
         demo.block_thread()
@@ -121,11 +121,13 @@ def serve_ui(host, api, args, t0: float) -> None:
 
 
 def _wait(host, t0: float) -> None:
-    """Report on stderr when the models are ready (the page says so too)."""
+    """Say when the models are ready (the page says so too); a failed load on stderr."""
     while host.loading is not None:
         time.sleep(0.2)
-    state = f"ready ('{host.name}')" if host.state == "ready" else f"not ready: {host.progress()}"
-    print(f"models {state} after {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    ready = host.state == "ready"
+    state = f"ready ('{host.name}')" if ready else f"not ready: {host.progress()}"
+    print(f"models {state} after {time.perf_counter() - t0:.1f} s",
+          file=sys.stdout if ready else sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -76,9 +76,16 @@ def app_process(tmp_path_factory):
     if "app" not in _APP:
         from tests.test_app import running_app
 
-        _APP["app"] = running_app(tmp_path_factory.mktemp("app") / "app.log")
+        _APP["log"] = tmp_path_factory.mktemp("app") / "app.log"
+        _APP["app"] = running_app(_APP["log"])
         _APP["url"] = _APP["app"].__enter__()
     return _APP["url"]
+
+
+@pytest.fixture
+def app_stderr(app_process):
+    """The shared app's stderr so far, read when called."""
+    return lambda: _APP["log"].with_suffix(".err").read_text()
 
 
 def _stop_app() -> None:

@@ -44,17 +44,19 @@ def _up(url: str) -> bool:
 
 @contextlib.contextmanager
 def running_app(log_path: Path, timeout_s: float = 180.0):
-    """Start the app in a subprocess; yield (url, seconds until the page answered)."""
+    """Start the app in a subprocess; yield (url, seconds until the page answered). Its stdout
+    goes to `log_path`, its stderr to the same name ending .err."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    log = open(log_path, "w")
+    log, err = open(log_path, "w"), open(log_path.with_suffix(".err"), "w")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "app/main.py", "--port", str(port)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=err)
     try:
         while not _up(url):
             if proc.poll() is not None:
-                raise RuntimeError(f"app exited with {proc.returncode}: {log_path.read_text()}")
+                raise RuntimeError(f"app exited with {proc.returncode}: "
+                                   f"{log_path.with_suffix('.err').read_text()}")
             if time.perf_counter() - t0 > timeout_s:
                 raise TimeoutError(f"app did not come up: {log_path.read_text()}")
             time.sleep(0.2)
@@ -67,6 +69,7 @@ def running_app(log_path: Path, timeout_s: float = 180.0):
             proc.kill()
             proc.wait()
         log.close()
+        err.close()
 
 
 @pytest.mark.parametrize("dtype,device,needle", [

@@ -66,10 +66,11 @@ def test_page_is_up_while_loading(app):
     assert _up(app["url"])
 
 
-def test_chat_returns_text_and_stats(app):
+def test_chat_returns_text_and_stats(app, app_stderr):
     text, stats, status = answer_of(app["client"].predict(*chat_args("Name three colors."),
                                                           api_name="/chat"))
     assert text.strip()
+    assert app_stderr() == ""  # a normal start and answer: nothing on stderr
     assert stats["method"] == "duo"
     assert 0 < stats["new_tokens"] <= TOKENS
     assert stats["tokens_per_s"] > 0 and stats["rounds_log"]

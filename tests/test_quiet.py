@@ -42,3 +42,16 @@ def test_torchao_s_import_notes_are_dropped_and_nothing_else(caplog):
         logging.getLogger(name).warning("a warning of %s the user must see", name)
     said = [r.getMessage() for r in caplog.records]
     assert said == [f"a warning of {name} the user must see" for name in QUIET], said
+
+
+def test_the_gguf_conversion_draws_no_bar_of_its_own():
+    """transformers' GGUF conversion loops through tqdm; while we convert it is a plain loop
+    (our progress line says the same), and transformers' own tqdm is back after."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from models.pairs.convert import _no_bar
+
+    bar, items = gguf_utils.tqdm, [1, 2, 3]
+    with _no_bar():
+        assert gguf_utils.tqdm(items, desc="Converting") is items
+    assert gguf_utils.tqdm is bar

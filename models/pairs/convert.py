@@ -65,7 +65,7 @@ def _convert(gguf: Path, out: Path, dtype: str = "float32") -> None:
 
     tmp = own_tmp(out)  # written beside, renamed when whole: a reader never sees half
     tmp.mkdir(parents=True, exist_ok=True)
-    with _PARSE_ONCE, _gguf_parsed_once():
+    with _PARSE_ONCE, _gguf_parsed_once(), _no_bar():
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                      dtype=getattr(torch, dtype))
@@ -104,6 +104,19 @@ def _gguf_parsed_once():
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+
+
+@contextmanager
+def _no_bar():
+    """transformers' GGUF conversion draws its own tqdm bar on stderr; our progress line says
+    the same (the start and the time it took)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    bar, gguf_utils.tqdm = gguf_utils.tqdm, lambda items, *a, **k: items
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 def say(progress, msg: str) -> None:
