@@ -1,7 +1,8 @@
-"""The default run end to end: with no options on a CPU-only machine, the eager target (nothing
-timed to choose it), float32 and the model's own weights on packed layers, the plan's threads (the draft's
-fastest measured count, the target every core: the two take turns), duo in sps's loop with
-the lookup, no method over the cores, and the benchmark running every method, the peers too."""
+"""The default run end to end: with no options on a CPU-only machine, the eager target
+(nothing timed to choose it), float32 and the model's own weights on packed layers, the
+plan's threads (the draft's fastest measured count, the target every core: the two take
+turns), duo in sps's loop with the lookup, no method over the cores, and the benchmark
+running every method, the peers too."""
 from __future__ import annotations
 
 import json

@@ -6,8 +6,8 @@ runs MKL's generic kernel, which costs far more than reading the weights (Gemma 
 copy of the weight laid out in its blocked format once at load stays near the cost of
 reading it (8 rows 64 ms). One or two rows keep torch's own product (as fast for one, faster
 for two). Same float32 arithmetic summed in another order: greedy output stays `vanilla`'s
-(tests/test_target_packed.py). Measured with `duo` on the project prompts (2-core AMD EPYC
-VM, 2026-12-02, 7 prompts each): gemma-smol 17.2 -> 27.5 tokens/s, smol-self 32.7 -> 39.4.
+(tests/test_target_packed.py). `duo` on 7 project prompts, 2-core AMD EPYC VM, 2026-12-02:
+gemma-smol 17.2 -> 25.7-27.5 tokens/s, smol-self 33.0 -> 33.0-39.4 (two runs each).
 
 The copy doubles the linear layers' memory, so only a float32 CPU target whose copy fits the
 available RAM with a margin is packed; cuda never (cuBLAS has no such gap), nor a quantized
@@ -54,7 +54,8 @@ def choose(device: str, dtype: torch.dtype, quant: str, model: nn.Module,
     if quant != "none":
         return False, f"not packed: the {quant} target's layers are torchao's"
     if dtype != torch.float32:
-        return False, f"not packed: float32 only (the target is {str(dtype).removeprefix('torch.')})"
+        kind = str(dtype).removeprefix("torch.")
+        return False, f"not packed: float32 only (the target is {kind})"
     if not torch.backends.mkldnn.is_available():
         return False, "not packed: this torch build has no oneDNN"
     need = linear_bytes(model)
