@@ -216,9 +216,12 @@ def test_a_cached_oracle_is_reused_and_a_changed_prompt_is_not(smol_pair, monkey
     assert oracle_key(other, ids, 6) != key  # another pair
     other = SimpleNamespace(spec=smol_pair.spec, target_dir="elsewhere", target=smol_pair.target)
     assert oracle_key(other, ids, 6) != key  # the same name, other weights
-    other.target_dir, other.target = smol_pair.target_dir, SimpleNamespace(dtype="bfloat16",
-                                                                           quant="none")
+    other.target_dir = smol_pair.target_dir
+    other.target = SimpleNamespace(dtype="bfloat16", quant="none", packed=False)
     assert oracle_key(other, ids, 6) != key  # another precision
+    other.target = SimpleNamespace(dtype=smol_pair.target.dtype, quant="none",
+                                   packed=not smol_pair.target.packed)
+    assert oracle_key(other, ids, 6) != key  # packed weights: the same sums in another order
 
 
 def test_benchmark_refuses_what_it_cannot_emulate(capsys, tmp_path):

@@ -97,7 +97,7 @@ def test_the_gpu_tests_named_are_found_and_skip_on_the_cpu(checked):
     import xml.etree.ElementTree as ET
 
     d = unpacked(checked, "tests")
-    for part, least in (("tests", 5), ("passed", 5)):
+    for part, least in (("tests", 4), ("passed", 5)):
         cases = list(ET.parse(d / f"{part}.xml").getroot().iter("testcase"))
         assert len(cases) >= least  # a node id that does not exist fails the run (exit 4)
         assert all(c.find("skipped") is not None for c in cases)
