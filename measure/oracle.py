@@ -24,6 +24,11 @@ class Oracle:
     def __init__(self, paths: dict[tuple[int, ...], list[int]], eos_ids: set[int]):
         self.paths = {tuple(p): list(c) for p, c in paths.items()}
         self.eos_ids = set(eos_ids)
+        # for each prompt, the longer ones it begins (mostly none): a generation's verifies
+        # check the prompt the last one matched and these, not every prompt
+        self._longer = {p: [q for q in self.paths if len(q) > len(p) and q[:len(p)] == p]
+                        for p in self.paths}
+        self._last: tuple[int, ...] | None = None
 
     def rows(self, ids: list[int], n_rows: int) -> list[int]:
         prompt = self._prompt_of(ids)
@@ -47,8 +52,17 @@ class Oracle:
 
     def _prompt_of(self, ids: list[int]) -> tuple[int, ...] | None:
         """The longest known prompt that `ids` starts with."""
-        found = [p for p in self.paths if len(ids) >= len(p) and tuple(ids[:len(p)]) == p]
-        return max(found, key=len) if found else None
+        last = self._last
+        if last is not None and _starts(ids, last):
+            found = [last] + [q for q in self._longer[last] if _starts(ids, q)]
+        else:
+            found = [p for p in self.paths if _starts(ids, p)]
+        self._last = max(found, key=len) if found else None
+        return self._last
+
+
+def _starts(ids: list[int], prompt: tuple[int, ...]) -> bool:
+    return len(ids) >= len(prompt) and tuple(ids[:len(prompt)]) == prompt
 
 
 def _common(a: list[int], b: list[int]) -> int:

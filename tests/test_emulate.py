@@ -90,6 +90,7 @@ def test_oracle_reads_the_path_and_refuses_past_its_end():
     assert oracle.rows([1, 2, 3, 7], 2)[0] == 4  # after the mismatch: a filler, never read
     assert oracle.rows([1, 2, 9], 1) == [2]  # the longest prompt wins
     assert oracle.rows([1, 2, 9, 2], 1) == [2]  # after an end of text
+    assert oracle.rows([1, 2, 3], 1) == [4]  # the shorter prompt again, after the longer
     assert oracle.rows([8, 8, 8], 2) == [0, 0]  # a probe's context
     with pytest.raises(Refused, match="holds 3 tokens"):
         oracle.rows([1, 2, 3, 4, 5], 1)
