@@ -25,6 +25,14 @@ from tests.profiles import use_fixed_profiles  # noqa: E402
 use_fixed_profiles()  # the suite's pairs get fixed budget profiles (tests/profiles.py: why)
 
 
+# duo's options under which no timing chooses its rounds, for a case that counts its drafts or
+# rejections (with a fixed gamma: the budget's own follows the timings): the worker drafts on
+# the caller's thread, so a long prompt's draft prefill takes one plain round, not as many as
+# the target fits beside it; no pre-draft, lookup or second sequence (each priced on
+# measured times)
+UNTIMED = {"sequential": True, "predraft": False, "lookup": "off", "multi_seq": False}
+
+
 def reference_pair(name: str):
     """The eager, unquantized, unpacked reference path, float32 on the CPU even where cuda is
     present: the exactness tests compare greedy output token for token (tests/test_gpu.py: cuda).

@@ -14,6 +14,7 @@ from core.backends import Draft, Proposal
 from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
 from models.pairs.vocab_build import VocabMap
+from tests.conftest import UNTIMED
 from tests.fakes import FakeTarget, LongestMatch, decode, fake_profile, markov
 from tests.test_lookup_lossless import COPY_TEXT
 from tests.test_sampling_lossless import assert_matches, n_samples
@@ -252,7 +253,7 @@ HARD = (1, 2, 4, 3)
 
 @pytest.mark.parametrize("method,opts,prompts", [
     ("sps", {"gamma": 4}, range(len(PROMPTS))),
-    ("duo", {"gamma": 3, "static_k": 2, "sequential": True}, HARD),
+    ("duo", {"gamma": 3, "static_k": 2, **UNTIMED}, HARD),
     ("duo", {}, range(len(PROMPTS))),
 ], ids=["sps", "duo-k2-seq", "duo-multi"])
 def test_gemma_smol_greedy_identical_to_vanilla(gemma_pair, oracle, method, opts, prompts):
@@ -283,8 +284,9 @@ def test_gemma_smol_sampling_runs_with_one_to_one_drafts(gemma_pair, oracle):
     # 8 tokens (were 16): two rounds or more at gamma 3, the draft's tokens counted (asserted)
     for prompt, method in zip(PROMPTS[1:3], ("sps", "duo")):
         ids, _ = oracle[prompt]
+        untimed = UNTIMED if method == "duo" else {}  # the draft's tokens counted
         got, stats = run(gemma_pair, ids, n=8, method=method, sampling=SamplingConfig(0.8),
-                         seed=3, multi_seq=False, lookup="off", gamma=3)  # the draft's tokens
+                         seed=3, gamma=3, **untimed)
         assert 0 < len(got) <= 8
         v = stats["vocab"]
         assert v["target_per_draft"] == 1.0 and v["target_out"] == v["draft_used"] > 0
@@ -309,8 +311,9 @@ def test_different_tokenizers_mask_the_target_alone(gemma_pair):
         # budget learned before (a fresh clone's sps at its own gamma drafted little, and duo
         # at its own none after the greedy cases here: their rounds, not masks, set it)
         gemma_pair.lookup_memory.clear()  # vanilla's answer must not draft it: the model does
+        untimed = UNTIMED if method == "duo" else {}  # its drafts counted
         got, stats, _ = run_adjusted(gemma_pair, ASKS[0], n=16, method=method, gamma=gamma,
-                                     **fields)
+                                     **untimed, **fields)
         assert got == want, method
         assert stats["drafted"] > 0, method  # the model's drafts, translated and masked
         refused += stats["drafted"] - stats["accepted"]

@@ -13,6 +13,7 @@ from models.draft.format import q8_copy
 from models.draft.llama import LlamaDrafter, common_prefix
 from models.draft.prefill import MIN_TOKENS, CopyPrefill, pick_prefill
 from models.pairs.catalog import draft_path, get_pair
+from tests.conftest import UNTIMED
 
 PASSAGE = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying "
            "a lantern, a notebook and a flask of tea. From the gallery he watched the ships "
@@ -36,15 +37,17 @@ def greedy(drafter: LlamaDrafter, ids: list[int], n: int) -> list[int]:
 
 
 def greedy_long(pair, method: str) -> tuple[list[int], list]:
-    """LONG's 24 greedy tokens by `method` (cold, no lookup), asserted to be vanilla's; the
-    prompt's ids and the events."""
+    """LONG's 24 greedy tokens by `method` (cold, no lookup; duo's draft prefill in one round,
+    not beside as many as fit in it), asserted to be vanilla's; the prompt's ids and the
+    events."""
     from tests.conftest import vanilla_ids
 
     ids = pair.prompt_ids(LONG)
     expected = vanilla_ids(pair, ids, 24)
     pair.lookup_memory.clear()
-    events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=24, lookup="off",
-                                               cache_prompt=False, gamma=4)))  # it drafts
+    untimed = UNTIMED if method == "duo" else {"lookup": "off"}
+    events = list(pair.generate(ids, GenConfig(method=method, max_new_tokens=24, gamma=4,
+                                               cache_prompt=False, **untimed)))  # it drafts
     assert [t for e in events for t in e.tokens] == expected
     return ids, events
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from core.engine import GenConfig
-from tests.conftest import vanilla_ids
+from tests.conftest import UNTIMED, vanilla_ids
 
 SCHEMA = {"type": "object", "required": ["answer", "steps"], "additionalProperties": False,
           "properties": {"answer": {"type": "string", "maxLength": 60},
@@ -94,8 +94,9 @@ def adjusted_run(pair, name: str, i: int, method: str, gamma: int | None):
     """`method` on PROMPTS[i] under the field set `name`; the counted run cold."""
     pair.lookup_memory.clear()  # vanilla's answer must not draft it: the model does
     cold = (i, method, gamma) == COUNTED
+    untimed = UNTIMED if method == "duo" and gamma else {}  # its drafts counted
     got, stats, _ = run(pair, PROMPTS[i], n=TOKENS[name], method=method, gamma=gamma,
-                        cache_prompt=not cold, **ADJUSTED[name])
+                        cache_prompt=not cold, **untimed, **ADJUSTED[name])
     return got, stats
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from core.engine import GenConfig
 from core.sampling import Noise, SamplingConfig, logits_to_probs
-from tests.conftest import vanilla_ids
+from tests.conftest import UNTIMED, vanilla_ids
 
 PROMPTS = ["Why is the sky blue?", "Write a haiku about a cat sleeping in the sun.",
            "List three tips for staying focused while studying."]
@@ -45,7 +45,7 @@ def int4_pair(pair_with):
 
 @pytest.mark.parametrize("method,options", [
     ("sps", {"gamma": 4}), ("duo", {}),
-    ("duo", {"gamma": 6, "multi_seq": False, "lookup": "off"})])
+    ("duo", {"gamma": 6, **UNTIMED})])
 def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
     assert int8_pair.target.quant == "int8"
     rejected = 0
@@ -56,8 +56,7 @@ def test_int8_greedy_identical_to_its_vanilla(int8_pair, method, options):
         assert got == expected, f"{method} {options} on int8, {prompt!r}"
         assert stats["target_quant"] == "int8"
         rejected += stats["drafted"] - stats["accepted"]
-    # rolled back on the int8 target (at a fixed gamma, the lookup off: the budget's own gamma
-    # and the lookup's pricing follow the timings)
+    # rolled back on the int8 target (where no timing chooses the rounds: conftest.UNTIMED)
     assert "gamma" not in options or rejected > 0
 
 
@@ -68,7 +67,8 @@ def test_int4_greedy_leaves_its_vanilla_only_at_ties(int4_pair, method):
     for prompt in PROMPTS:
         ids = int4_pair.prompt_ids(prompt)
         expected = vanilla_ids(int4_pair, ids, N)
-        got, stats = run(int4_pair, ids, method=method, gamma=4)  # fixed: it drafts
+        untimed = UNTIMED if method == "duo" else {}  # its drafts counted
+        got, stats = run(int4_pair, ids, method=method, gamma=4, **untimed)
         rejected += stats["drafted"] - stats["accepted"]
         i = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), None)
         if i is None:

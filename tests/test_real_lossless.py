@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.engine import GenConfig
-from tests.conftest import vanilla_ids
+from tests.conftest import UNTIMED, vanilla_ids
 
 # The last two were test_multi_seq.py's own (it runs these ten now: one oracle for both
 # files). Two prompts went ("Write a Python function that reverses a linked list.",
@@ -48,11 +48,11 @@ def oracle(smol_pair):
 # rejection runs too between its rejections. A method's cases share the prompts out, each
 # prompt once: every prompt is checked by each method, and each case checks that it saw
 # rejections over its prompts, two or more of which had some here (rejections at 24 tokens,
-# by prompt: sps default 2: 7, 9: 14; sps 4: 0: 3, 5: 3, 8: 5; duo at a fixed gamma, its
-# lookup off (the lookup's pricing follows the timings), 2-core AMD EPYC 2026-12-02: duo 1
-# 9: 4 (0 and 7: none); duo 4 2: 1, 9: 7 (1, 3, 4, 6: none); duo 16 8: 9 (5: none): each
-# fixed case holds one of 2, 8, 9, duo 4 both 2 and 8; another host's numerics may draft
-# one wrong prompt whole). (Before: 10 prompts at 48 tokens for the
+# by prompt: sps default 2: 7, 9: 14; sps 4: 0: 3, 5: 3, 8: 5; duo at a fixed gamma where
+# no timing chooses its rounds (conftest.UNTIMED), 2-core AMD EPYC 2026-12-02, the same
+# under three CPU hogs: duo 1 9: 2 (0 and 7: none); duo 4 2: 1, 8: 9 (3: none); duo 16 8: 9
+# (5: none): each fixed case holds one of 2, 8, 9, duo 4 both 2 and 8; another host's
+# numerics may draft one wrong prompt whole). (Before: 10 prompts at 48 tokens for the
 # oracle, 24 runs at 32: the oracle 224 vanilla steps more with test_multi_seq.py's two, 4
 # runs more.)
 CASES = [("sps", None, (1, 2, 3, 4, 6, 9)), ("sps", 4, (0, 5, 7, 8)),
@@ -66,8 +66,8 @@ def test_greedy_identical_to_vanilla(smol_pair, oracle, method, gamma, prompts):
     rejected = 0
     for prompt in (PROMPTS[i] for i in prompts):
         ids, expected = oracle[prompt]
-        got, stats = run(smol_pair, ids, method=method, gamma=gamma, multi_seq=gamma is None,
-                         lookup="auto" if gamma is None else "off")
+        untimed = UNTIMED if method == "duo" and gamma else {}  # its rejections counted
+        got, stats = run(smol_pair, ids, method=method, gamma=gamma, **untimed)
         assert got == expected, f"{method} gamma={gamma} differs on {prompt!r}"
         assert stats["new_tokens"] == len(expected) <= N
         assert stats["rounds"] > 0 and stats["drafted"] >= stats["accepted"]

@@ -9,6 +9,7 @@ import pytest
 from core.engine import GenConfig
 from models.target.eager import pick_dtype
 from scripts.benchmark import run_one
+from tests.conftest import UNTIMED
 
 PROMPTS = ["Why is the sky blue?", "What is 17 times 23? Show the steps.",
            "Write a Python function that reverses a linked list.",
@@ -114,8 +115,8 @@ def bf16_pair(pair_with):
 
 
 def tokens(pair, ids, method):
-    stats = run_one(pair, ids, GenConfig(method=method, max_new_tokens=N, gamma=4))  # fixed:
-    # the budget's own gamma follows the timings and may leave the drafting to the target
+    untimed = UNTIMED if method == "duo" else {}  # its rejections counted
+    stats = run_one(pair, ids, GenConfig(method=method, max_new_tokens=N, gamma=4, **untimed))
     return stats["token_ids"], stats
 
 

@@ -10,6 +10,7 @@ from torch import nn
 from core.engine import GenConfig
 from models.fit.memory import GIB
 from models.target import packed
+from tests.conftest import UNTIMED
 from tests.cut_target import load_cut
 
 PROMPTS = ["Why is the sky blue?", "Write a Python function that reverses a string."]
@@ -84,7 +85,8 @@ def test_packed_eager_target_greedy_identical_to_the_unpacked_vanilla(cut_packed
     rejected = 0
     for prompt in PROMPTS:
         cut_packed.lookup_memory.clear()
-        cfg = GenConfig(method=method, max_new_tokens=N, gamma=4 if method == "duo" else None)
+        untimed = {"gamma": 4, **UNTIMED} if method == "duo" else {}  # its rejections counted
+        cfg = GenConfig(method=method, max_new_tokens=N, **untimed)
         events = list(cut_packed.generate(cut_packed.prompt_ids(prompt), cfg))
         assert [t for e in events for t in e.tokens] == oracle[prompt], (method, prompt)
         stats = events[-1].stats

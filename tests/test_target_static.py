@@ -18,6 +18,7 @@ from models.target.sampling import device_scores
 from models.target.sampling import logits_to_probs as torch_probs
 from models.target.static import StaticTarget
 from models.target.eager import TorchTarget
+from tests.conftest import UNTIMED
 from tests.cut_target import load_cut
 
 PROMPTS = ["Why is the sky blue?", "Write a Python function that reverses a string.",
@@ -288,7 +289,7 @@ def oracle(cut):
 
 @pytest.mark.parametrize("method,options", [
     ("vanilla", {}), ("sps", {"gamma": 4}), ("duo", {}),
-    ("duo", {"gamma": 6, "multi_seq": False, "lookup": "off"})])
+    ("duo", {"gamma": 6, **UNTIMED})])
 def test_compiled_greedy_identical_to_eager_vanilla(compiled, oracle, method, options):
     rejected = 0
     for prompt in GREEDY:
@@ -296,8 +297,7 @@ def test_compiled_greedy_identical_to_eager_vanilla(compiled, oracle, method, op
         assert got == oracle[prompt], f"{method} {options} on the compiled target, {prompt!r}"
         assert stats["target_path"] == "static-compiled"
         rejected += stats["drafted"] - stats["accepted"]
-    # drafts rolled back on the compiled target (at a fixed gamma, the lookup off: the
-    # budget's own gamma and the lookup's pricing follow the timings)
+    # drafts rolled back on the compiled target (where no timing chooses the rounds)
     assert "gamma" not in options or rejected > 0
 
 
@@ -315,8 +315,9 @@ def test_grammar_biases_and_penalties_on_the_compiled_target(cut, compiled):
     refused = 0
     for method in ("sps", "duo"):
         compiled.lookup_memory.clear()  # the model's drafts, masked on the compiled target
-        got, stats, _ = run_adjusted(compiled, prompt, n=N, method=method,
+        gamma = 4 if method == "sps" else None  # sps at a fixed gamma: no timing picks its drafts
+        got, stats, _ = run_adjusted(compiled, prompt, n=N, method=method, gamma=gamma,
                                      **ADJUSTED["everything"])
         assert got == want, f"{method} on the compiled target, {prompt!r}"
-        refused += stats["drafted"] - stats["accepted"]
+        refused += (stats["drafted"] - stats["accepted"]) if gamma else 0
     assert refused > 0
