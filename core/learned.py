@@ -1,8 +1,8 @@
 """What a pair's generations learn and hand on to the next one (the Pair owns one): the draft
 budget's acceptance, timing scales and plain rounds since a probe per method, the lookup's
-pass rates per confidence band, the first-token odds, whether the draft's state must be reset
-after a failure, and whether the measured profile disagrees with the online times widely
-enough to be measured again."""
+pass rates per confidence band, the first-token odds, and whether the draft's state must be
+reset after a failure. The budget's timing scales follow the online times; the profile they
+scale is measured at load (or when asked), never before a generation's first token."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -12,9 +12,7 @@ from core.bands import LookupBands
 from core.branching import FirstTokenOdds
 from core.budget import DraftBudget, Profile
 
-WIDE = 2.0  # online times this far off the profile (either way): measure the profile again
-CLOSE = 0.25  # a fresh profile within this of the old one: the old one was not the cause
-CARRIED = ("odds", "budgets", "held", "lookup_bands")  # learned; the rest is the draft's health
+CARRIED = ("odds", "budgets", "lookup_bands")  # learned; the rest is the draft's health
 
 
 @dataclass
@@ -23,9 +21,7 @@ class Learned:
     budgets: dict = field(default_factory=dict)  # method -> DraftBudget.state()
     reset_draft: bool = False  # the draft failed: roll its cache back before using it again
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
-    held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
     lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
-    drift_checks: bool = True  # off: never measured again for a drift (fixed test profiles)
 
     def budget(self, method: str, profile: Profile, overlap: bool,
                fixed: int | None) -> DraftBudget:
@@ -57,28 +53,3 @@ class Learned:
             return False
         self.busy_draft = None
         return True
-
-    def drifted(self, method: str) -> bool:
-        """The last generation of `method` timed the draft or the target WIDE off its
-        profile (the budget's scales), and measuring again has not been tried for it."""
-        state = self.budgets.get(method)
-        if not state or not self.drift_checks:
-            return False
-        if all(1 / WIDE <= state[k] <= WIDE for k in ("draft_scale", "verify_scale")):
-            self.held.discard(method)
-            return False
-        return method not in self.held
-
-    def measured_again(self, method: str, old: Profile, new: Profile) -> bool:
-        """After measuring again for a drift (a spot check or a whole profile): times close to
-        the old profile's mean the drift came from elsewhere (a long context): no more
-        measuring until the scales come back (True). Otherwise the scales start afresh."""
-        if _close(old.draft_token_s, new.draft_token_s) and _close(old.verify(1), new.verify(1)):
-            self.held.add(method)
-            return True
-        self.budgets[method].update(draft_scale=1.0, verify_scale=1.0, length_scales={})
-        return False
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= CLOSE * max(a, b)

@@ -94,8 +94,7 @@ class Pair:
         self.load_s = time.perf_counter() - t0
         self.grammars = Grammars(self.tokenizer, self.target.vocab_size, self.target.eos_ids)
         self.profile = None
-        # budget, odds, draft health across generations; DUO_DRIFT_CHECKS=off: tests/profiles.py
-        self.learned = Learned(drift_checks=os.environ.get("DUO_DRIFT_CHECKS") != "off")
+        self.learned = Learned()  # budget, odds, draft health across generations
         # earlier prompts and outputs, for the lookup (the benchmark clears it per measured run)
         self.lookup_memory = SuffixMemory(cap_tokens=LOOKUP_MEMORY_TOKENS)
         self._measure_again = self.opts.remeasure  # --remeasure: the first profile too
@@ -172,24 +171,17 @@ class Pair:
         """Whether duo's draft runs beside the target (else sps's loop, with the lookup)."""
         return self.threads.overlapped
 
-    def ensure_profile(self, method: str = "duo", remeasure: bool = False):
+    def ensure_profile(self, remeasure: bool = False):
         """The budget profile (one for the pair: its thread plan is fixed): cached, or measured
-        when asked, at --remeasure, or when `method`'s last generation's times drifted WIDE
-        off it (a second's spot check first)."""
-        from models.fit.profiler import load_or_measure, spot_check
+        when asked or at --remeasure. A generation's times that drift off it are the budget's
+        online scales (core/budget.py), not a measurement before its first token (a second
+        or more, and many under load)."""
+        from models.fit.profiler import load_or_measure
 
         again, self._measure_again = remeasure or self._measure_again, False
-        drift = self.learned.drifted(method)  # online times far off the profile
-        if drift and not again:  # a second's spot check first: the whole profile takes many
-            old = self.learned.budgets[method]["profile"]
-            again = not self.learned.measured_again(method, old,
-                                                    spot_check(self.drafter, self.target))
         self.profile = load_or_measure(self.spec.name, self.drafter, self.target,
                                        (self.threads.draft, self.threads.target), again,
                                        self._progress)
-        if drift and again:
-            self.learned.measured_again(method, self.learned.budgets[method]["profile"],
-                                        self.profile)
         return self.profile
 
     def use_target(self, target) -> None:
@@ -249,7 +241,7 @@ class Pair:
                  stop: Callable[[], bool] | None = None) -> Iterator[Event]:
         cfg.validate()
         does = METHOD[cfg.method]
-        profile = self.ensure_profile(cfg.method) if does.budgeted else None
+        profile = self.ensure_profile() if does.budgeted else None
         apply(self.threads, self.drafter, self.target)  # the plan, once a generation
         drafter = self.drafter if does.drafts else None
         grammar = self.grammars.compile(cfg.response_format)

@@ -39,9 +39,9 @@ def reference_pair(name: str):
     Its duo overlaps (overlapped), as with the target on a GPU."""
     from models.loader import LoadOptions, Pair
 
-    return overlapped(no_drift_checks(Pair(name, LoadOptions(
+    return overlapped(Pair(name, LoadOptions(
         device="cpu", dtype="float32", target_compile="off", target_quant="none",
-        target_pack=False))))
+        target_pack=False)))
 
 
 def overlapped(pair):
@@ -51,17 +51,6 @@ def overlapped(pair):
     from dataclasses import replace
 
     pair.threads = replace(pair.threads, overlapped=True)
-    return pair
-
-
-def no_drift_checks(pair):
-    """The suite's pairs have fixed profiles (tests/profiles.py), so a drift check (a timed
-    spot check, about 2 CPU seconds, after any generation timed 2x off that profile, which a
-    busy machine gives every few short generations) could only give the fixed profile back:
-    the suite's pairs skip it. The drift logic has its own tests (test_remeasure.py on fakes,
-    test_loader.py on smol-self with a fresh Learned) and the spot check too
-    (test_target_static.py, test_context.py)."""
-    pair.learned.drifted = lambda method: False
     return pair
 
 
@@ -193,7 +182,7 @@ def pair_with(smol_pair):
     import models.fit.profiler as profiler
     from models.loader import LoadOptions, Pair
 
-    profile, pairs = smol_pair.ensure_profile("duo"), []
+    profile, pairs = smol_pair.ensure_profile(), []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(profiler, "load_or_measure", lambda *a, **k: profile)
 
@@ -203,7 +192,7 @@ def pair_with(smol_pair):
             options.setdefault("target_compile", "off")
             options.setdefault("target_quant", "none")
             options.setdefault("target_pack", False)  # packed: tests/test_target_packed.py
-            pairs.append(overlapped(no_drift_checks(Pair("smol-self", LoadOptions(**options)))))
+            pairs.append(overlapped(Pair("smol-self", LoadOptions(**options))))
             return pairs[-1]
         yield load
     for pair in pairs:

@@ -10,14 +10,13 @@ from types import SimpleNamespace
 # Timing a profile (32 verify sizes and 4 draft steps, 4 rounds) took 26-34 CPU seconds for
 # smol-self and 55-70 for gemma-smol (262144 logits a row) per thread split; a fresh run timed
 # each split in each worker, again in every CLI and app process that found the machine
-# quieter than when the profile was stored, and again after online times drifted 2x. No test
+# quieter than when the profile was stored. No test
 # reads a profile's times for a verdict: the budget's choices only pick among lossless
 # rounds, and the profiler is tested on fakes (test_remeasure.py, test_loader.py) and on the
-# real pair (a whole profile in test_context.py, spot checks in test_target_static.py), which
+# real pair (a whole profile in test_context.py, small ones in test_target_static.py), which
 # stay timed. Each pair gets one plausible 2-core profile: target forward of 1 and 32 tokens,
 # draft s/token (bench/results/2026-11-24-cpu-span: 57 ms for 1 token, 80 for 8, the draft 6.4 ms/token;
-# gemma-smol's head is 262144 wide). Online times 2x off it (core/learned.py, WIDE) start a
-# spot check, and in an app or CLI process the tests start, a real profile.
+# gemma-smol's head is 262144 wide).
 FIXED = {"smol-self": (0.060, 0.160, 0.0065), "gemma-smol": (0.100, 0.400, 0.0065)}
 # the draft's prompt prefill timed (models/draft/prefill.py): its Q8_0 copy twice as fast as the
 # Q4_1 file, as on the suite's 2-core machines (docs/draft.md: 700 tokens in 1.4 s against
@@ -79,8 +78,8 @@ def _store(path: Path, key: str, value: dict) -> dict:
 
 
 def use_fixed_profiles() -> None:
-    """Point DUO_CACHE_DIR at the suite's folder and turn drift checks off (the CLI, app and
-    benchmark processes the tests start inherit both), answer the suite's pairs' profile
+    """Point DUO_CACHE_DIR at the suite's folder (the CLI, app and benchmark processes the
+    tests start inherit it), answer the suite's pairs' profile
     lookups with the fixed profile, and store it for every thread split here, for them."""
     import models.fit.profiler as profiler
     from models.draft.attention import cache_key as attention_key
@@ -88,10 +87,6 @@ def use_fixed_profiles() -> None:
     from models.pairs.catalog import draft_path, get_pair
 
     os.environ["DUO_CACHE_DIR"] = os.environ["DUO_SUITE_CACHE"] = str(_suite_cache())
-    # and no drift checks there: online times 2x off a fixed profile (any busy machine) made
-    # every app, CLI and benchmark process time a whole profile, 30 CPU seconds for smol-self
-    # (tests/conftest.py, no_drift_checks: why none of that can change a test's verdict)
-    os.environ["DUO_DRIFT_CHECKS"] = "off"
     measured = profiler.measured
 
     def fixed(file, key, measure, *args, **kwargs):

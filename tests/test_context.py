@@ -58,10 +58,6 @@ def small_window(pair_with):
 
 @pytest.mark.parametrize("method", ["vanilla", "duo"])
 def test_turn_two_prefills_only_its_new_tokens(cut, monkeypatch, method):
-    # a drift check's own forwards would be counted (on a busy machine one may fall between
-    # the turns): none here; that a check keeps both caches: tests/test_loader.py and
-    # tests/test_target_static.py
-    monkeypatch.setattr(cut.learned, "drifted", lambda method: False)
     ids1 = cut.prompt_ids(TURN1)
     out1, _ = run(cut, ids1, method=method, max_new_tokens=24)
     turn2 = TURN1 + [{"role": "assistant", "content": cut.decode(out1)},
@@ -153,12 +149,12 @@ def test_a_draft_whose_window_fills_first_leaves_the_target_alone(small_window, 
 
 
 def test_the_budget_s_probes_fit_a_small_window(small_window, monkeypatch):
-    """A drift check on a small target window (seen on a busy machine at 64 tokens: the
+    """A profile on a small target window (seen on a busy machine at 64 tokens: the
     probes' 64-token context plus a verify chunk overflowed it): the probes shrink to the
     window, the context first, then the verify sizes; the chat's cache stays. The probes see
     a 32-token window (the target refuses past it): 16 verify sizes and a 16-token context,
     both shrunk (at 64 the context alone shrank, and 32 sizes cost four times the rows)."""
-    from models.fit.profiler import measure, spot_check
+    from models.fit.profiler import measure
 
     ids = small_window.prompt_ids("Hi")
     run(small_window, ids, method="vanilla", max_new_tokens=4)
@@ -171,5 +167,6 @@ def test_the_budget_s_probes_fit_a_small_window(small_window, monkeypatch):
     profile = measure(small_window.drafter, small_window.target, rounds=1)
     assert len(profile.verify_s) == 16 and all(s > 0 for s in profile.verify_s)
     assert max(probed) == 16 and 16 in probed  # the context, then chunks of 1 to 16
-    assert spot_check(small_window.drafter, small_window.target).verify(1) > 0
+    assert measure(small_window.drafter, small_window.target, verify_n=1, seqs=1,
+                   rounds=1).verify(1) > 0
     assert small_window.target.cached_ids == cached

@@ -188,7 +188,7 @@ def test_fake_greedy_through_a_translated_vocabulary_is_identical(method, gamma)
 
 
 def test_the_profiler_s_probes_stay_out_of_a_generation_s_counters():
-    """A drift check at a generation's start drafts through the vocabulary (greedy re-cuts,
+    """A profile measured between two turns drafts through the vocabulary (greedy re-cuts,
     random contexts): the generation's stats count its own proposals only."""
     from models.fit.profiler import draft_once, step_once
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import models.fit.profiler as profiler
 from core.budget import Profile
 from core.engine import GenConfig
@@ -19,11 +21,11 @@ def test_remeasure_measures_the_profile_once(smol_pair, monkeypatch):
 
     monkeypatch.setattr(profiler, "load_or_measure", fake_load)
     monkeypatch.setattr(smol_pair, "_measure_again", True)  # as --remeasure leaves it
-    for method in ("duo", "sps", "duo"):
-        smol_pair.ensure_profile(method)
+    for _ in range(3):  # duo, sps, duo: one profile for every method
+        smol_pair.ensure_profile()
     split = (smol_pair.threads.draft, smol_pair.threads.target)  # one for every method
     assert asked == [(split, True), (split, False), (split, False)]
-    smol_pair.ensure_profile("duo", remeasure=True)  # an explicit request always measures
+    smol_pair.ensure_profile(remeasure=True)  # an explicit request always measures
     assert asked[-1] == (split, True)
 
 
@@ -185,34 +187,26 @@ def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pai
     assert watched.most == 1
 
 
-def test_online_times_far_off_the_profile_measure_it_again_once(smol_pair, monkeypatch):
-    asked, spots = [], iter([Profile(0.0052, [0.021]), Profile(0.010, [0.04])])
-
-    def fake_load(name, drafter, target, threads, remeasure=False, progress=None):
-        asked.append(remeasure)
-        return Profile(0.010, [0.04] * 32) if remeasure else Profile(0.005, [0.02] * 32)
-
-    monkeypatch.setattr(profiler, "load_or_measure", fake_load)
-    monkeypatch.setattr(profiler, "spot_check", lambda drafter, target: next(spots))
+def test_online_times_far_off_the_profile_never_measure_before_a_generation(smol_pair,
+                                                                          monkeypatch):
+    """A budget whose scales drifted far off its profile measures nothing at the next
+    generation's start (its first token would wait for it): the scales carry the drift."""
+    asked = []
+    monkeypatch.setattr(profiler, "load_or_measure", lambda *a, **k: asked.append(a[4]) or
+                        Profile(0.005, [0.02] * 32))
+    monkeypatch.setattr(profiler, "measure", lambda *a, **k: pytest.fail("measured"))
     monkeypatch.setattr(smol_pair, "learned", Learned())
-    state = {"alpha": 0.8, "draft_scale": 1.0, "verify_scale": 2.6,
-             "profile": Profile(0.005, [0.02] * 32), "since_probe": 0}
-    smol_pair.learned.budgets["duo"] = dict(state)
-    smol_pair.ensure_profile("duo")  # drifted: the spot check agrees with the profile: held
-    smol_pair.ensure_profile("duo")
-    smol_pair.learned.budgets["duo"] = dict(state, verify_scale=1.0)  # back: the hold ends
-    smol_pair.ensure_profile("duo")
-    smol_pair.learned.budgets["duo"] = dict(state, draft_scale=0.2)
-    smol_pair.ensure_profile("duo")  # drifted, and the spot check disagrees: measured again
-    assert smol_pair.learned.budgets["duo"]["draft_scale"] == 1.0  # its scales start afresh
-    smol_pair.ensure_profile("duo")
-    assert asked == [False, False, False, True, False]
-    assert next(spots, None) is None  # one spot check per drift
+    smol_pair.learned.budgets["duo"] = {"alpha": 0.8, "draft_scale": 0.2, "verify_scale": 2.6,
+                                        "profile": Profile(0.005, [0.02] * 32),
+                                        "since_probe": 0}
+    ids = smol_pair.prompt_ids("Why is the sky blue?")
+    list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=2)))
+    assert asked == [False]
 
 
-def test_a_spot_check_between_two_turns_keeps_the_draft_s_cache(smol_pair):
+def test_a_profile_between_two_turns_keeps_the_draft_s_cache(smol_pair):
     """The draft's cache (its state copied aside and set back) holds the chat's tokens after
-    a drift check, with their values: sequence 0's state, byte for byte. (Not the next
+    a profile is measured (the page's button), with their values: sequence 0's state, byte for byte. (Not the next
     draft's tokens: its last logits are decoded again after the check, in a batch of one
     where the generation's last were in a batch of several, and two fresh clones saw a
     near-tie flip at the sixth token.)"""
@@ -222,14 +216,14 @@ def test_a_spot_check_between_two_turns_keeps_the_draft_s_cache(smol_pair):
     list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=12)))
     drafter = smol_pair.drafter
     chat, before = list(drafter.tokens), bytes(drafter._state())
-    profiler.spot_check(drafter, smol_pair.target)
+    profiler.measure(drafter, smol_pair.target, verify_n=1, seqs=1)
     assert len(chat) > len(ids) and drafter.tokens == chat
     assert bytes(drafter._state()) == before
     assert len(drafter.propose(chat, 8, SamplingConfig(), PositionRng(0, 1)).main.tokens) == 8
 
 
-def test_a_spot_check_times_the_draft_and_a_one_token_forward(smol_pair):
-    spot = profiler.spot_check(smol_pair.drafter, smol_pair.target)
+def test_a_small_profile_times_the_draft_and_a_one_token_forward(smol_pair):
+    spot = profiler.measure(smol_pair.drafter, smol_pair.target, verify_n=1, seqs=1)
     assert spot.draft_token_s > 0 and len(spot.verify_s) == 1 and spot.verify(1) > 0
     assert spot.draft_step_s == {1: spot.draft_token_s}
 
@@ -243,5 +237,5 @@ def test_the_page_s_button_times_threads_and_the_profile_again(smol_pair, monkey
     monkeypatch.setattr(smol_pair, "threads", smol_pair.threads)  # set back after
     monkeypatch.setattr(smol_pair, "thread_times", smol_pair.thread_times)
     smol_pair.remeasure()
-    smol_pair.ensure_profile("duo")  # kept: nothing is timed again
+    smol_pair.ensure_profile()  # kept: nothing is timed again
     assert asked == [("threads", True), True, False]

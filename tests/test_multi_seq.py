@@ -164,7 +164,7 @@ def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, monk
     monkeypatch.setattr(engine, "_predraft_policy", lambda run, budget: PredraftPolicy(
         max_outcomes=6, forced=(6, 4)))
     monkeypatch.setattr(DraftJob, "cancel", lambda job: None)
-    monkeypatch.setattr(smol_pair, "learned", Learned(drift_checks=False))
+    monkeypatch.setattr(smol_pair, "learned", Learned())
     observe = DraftBudget.observe
     monkeypatch.setattr(DraftBudget, "observe", lambda budget, drafted, accepted, *times,
                         **kw: observe(budget, drafted, accepted))

@@ -1,8 +1,7 @@
 """Automatic choices survive a busy machine, with injected timings (never real ones): a
 measurement cached with the load it was taken under is taken again once the machine is
-quieter, and the budget's choices recover; `--remeasure` always measures; online times far
-off the profile measure it again (once per disagreement); the plain-decoding fallback probes
-across generations."""
+quieter, and the budget's choices recover; `--remeasure` always measures; the
+plain-decoding fallback probes across generations."""
 from __future__ import annotations
 
 import json
@@ -94,36 +93,6 @@ def test_interleaved_takes_each_probe_s_least_time_round_by_round():
         return next(clock)
     best = profiler.interleaved({"a": lambda: probe("a"), "b": lambda: probe("b")}, rounds=3)
     assert order == ["a", "b"] * 4 and best == {"a": 3, "b": 2}  # the first round: warm-up
-
-
-def budget_state(draft_scale=1.0, verify_scale=1.0, profile=QUIET) -> dict:
-    return {"alpha": 0.8, "draft_scale": draft_scale, "verify_scale": verify_scale,
-            "profile": profile, "since_probe": 0}
-
-
-def test_online_times_far_off_the_profile_ask_for_one_new_measurement():
-    learned = Learned()
-    assert not learned.drifted("duo")  # nothing learned yet
-    learned.budgets["duo"] = budget_state(verify_scale=1.6)
-    assert not learned.drifted("duo")  # within the margin
-    learned.budgets["duo"] = budget_state(draft_scale=0.3)  # the load went away
-    assert learned.drifted("duo")
-    learned.measured_again("duo", LOADED, QUIET)  # a different profile: learned afresh
-    assert not learned.drifted("duo")
-    learned.budgets["duo"] = budget_state(verify_scale=2.5)  # a long context, say
-    assert learned.drifted("duo")
-    learned.measured_again("duo", QUIET, QUIET)  # the same profile: not the profile's fault
-    assert not learned.drifted("duo")
-    learned.budgets["duo"] = budget_state()  # the scales came back: the hold ends
-    assert not learned.drifted("duo") and "duo" not in learned.held
-
-
-def test_drift_checks_off_never_measure_again():
-    """Learned(drift_checks=False), a Pair's under DUO_DRIFT_CHECKS=off (the suite's app, CLI
-    and benchmark processes: tests/profiles.py): times far off the profile ask for nothing."""
-    learned = Learned(drift_checks=False)
-    learned.budgets["duo"] = budget_state(draft_scale=0.3)
-    assert not learned.drifted("duo")
 
 
 def test_plain_decoding_probes_across_short_generations():

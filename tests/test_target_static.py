@@ -72,18 +72,18 @@ def test_static_target_gives_the_eager_logits(cut):
 
 
 @pytest.mark.parametrize("path", ["eager", "static"])
-def test_a_spot_check_between_two_turns_keeps_the_target_s_cache(cut, path):
-    """A drift check times the target on an empty cache; the chat's cache comes back (150
-    positions: past what the check writes, and below it), and the next chunk's logits are
-    a fresh prefill's."""
-    from models.fit.profiler import spot_check
+def test_a_profile_between_two_turns_keeps_the_target_s_cache(cut, path):
+    """A profile (the page's button) times the target on an empty cache; the chat's cache
+    comes back (150 positions: past what the probes write, and below it), and the next
+    chunk's logits are a fresh prefill's."""
+    from models.fit.profiler import measure
 
     target = cut.target if path == "eager" else StaticTarget(
         cut.target_dir, "cpu", 512, "float32", compile=False)
     chat = cut.prompt_ids(PROMPTS[1]) + list(range(300, 420))
     target.rollback(0)
     target.logits(chat, 1)
-    spot_check(cut.drafter, target)
+    measure(cut.drafter, target, verify_n=1, seqs=1)
     assert target.cached_ids == chat
     after = target.logits([7, 8, 9], 3).cpu().numpy()
     target.rollback(0)

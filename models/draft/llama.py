@@ -156,8 +156,8 @@ class LlamaDrafter(Branches):
 
     @contextmanager
     def preserved(self):
-        """Sequence 0's cache as it was comes back after the block (a drift check between two
-        turns of a chat): its state is copied to host memory and set back; the block starts
+        """Sequence 0's cache as it was comes back after the block (a profile measured between
+        two turns of a chat): its state is copied to host memory and set back; the block starts
         from an empty cache. Branches are dropped."""
         C.llama_memory_seq_keep(self.ctx.memory, 0)
         self.branches, self.branch_base = {}, {}

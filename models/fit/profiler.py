@@ -142,8 +142,8 @@ def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
     """The budget profile, looked up at every generation: its load is checked at this
     process's first lookup only (at every one it delayed each generation by the reading and,
-    beside a busy neighbour, profiled again and again); a running app's drift check does
-    the rest."""
+    beside a busy neighbour, profiled again and again); a running generation's budget scales
+    it to what it measures."""
     key = (f"v6|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
            f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
     first = key not in _PROFILES_LOOKED_UP
@@ -214,11 +214,6 @@ def measure(drafter, target, context_len: int = 64, rounds: int = ROUNDS,
                    device=target.device)
 
 
-def spot_check(drafter, target) -> Profile:
-    """The draft's time per token and the target's one-token forward only (a few probes,
-    against the full profile's dozens): enough to tell whether the machine changed."""
-    return measure(drafter, target, verify_n=1, seqs=1)
-
 
 def step_once(drafter, ctx: list[int], k: int, n: int = 12) -> float:
     """Time of one batched draft step over k sequences (the prefill before the clock)."""
@@ -243,7 +238,7 @@ def draft_once(drafter, ctx: list[int], n: int) -> float:
 
 def uncounted(drafter):
     """The probes' translations stay out of the vocabulary's counters (a generation's stats;
-    a drift check runs at a generation's start)."""
+    a profile measured again between two turns)."""
     vocab = getattr(drafter, "vocab", None)
     return vocab.uncounted() if vocab is not None else nullcontext()
 

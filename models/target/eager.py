@@ -114,9 +114,9 @@ class TorchTarget:
 
     @contextmanager
     def preserved(self, extent: int):
-        """The cache as it was comes back after the block (a drift check between two turns
-        of a chat keeps the chat's prompt cache); the block gets an empty one. `extent`: the
-        positions the block may write (the static target saves those)."""
+        """The cache as it was comes back after the block (a profile measured between two
+        turns of a chat keeps the chat's prompt cache); the block gets an empty one.
+        `extent`: the positions the block may write (the static target saves those)."""
         saved = self.cache, self.cached_ids
         self.cache, self.cached_ids = self._new_cache(), []
         try:
