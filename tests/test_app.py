@@ -94,10 +94,13 @@ class FakePair:
         self.closed = True
 
 
-def fake_factory(delay_s=0.05):
+def fake_factory(delay_s=0.05, release=None):
+    """`release`: an Event each load waits for (set: no wait)."""
     def load(name, say):
         say(f"fake load of {name}")
         time.sleep(delay_s)
+        if release is not None:
+            release.wait(60)
         if name == "gemma-smol":
             raise PairError("different tokenizers: not supported here")
         return FakePair(name)
@@ -105,14 +108,18 @@ def fake_factory(delay_s=0.05):
 
 
 def test_host_loads_switches_and_reports_errors():
+    import threading
+
     from app.host import ModelHost
 
-    host = ModelHost(fake_factory())
+    release = threading.Event()  # smol-self's load ends once gemma-smol's wait has begun
+    host = ModelHost(fake_factory(release=release))
     assert host.start_loading("smol-self")
     lines = []
     with pytest.raises(PairError, match="different tokenizers"):
         for line in host.prepare("gemma-smol"):  # asked while smol-self loads: waits, then tries
             lines.append(line)
+            release.set()
     assert any("smol-self" in line for line in lines)  # it said what it waited for
     assert host.name == "smol-self" and host.state == "ready"  # the loaded pair stays usable
     with pytest.raises(PairError, match="different tokenizers"):  # remembered, not reloaded

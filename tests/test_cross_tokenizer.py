@@ -15,7 +15,7 @@ from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
 from models.pairs.vocab_build import VocabMap
 from tests.conftest import UNTIMED
-from tests.fakes import FakeTarget, LongestMatch, decode, fake_profile, markov
+from tests.fakes import FakeTarget, LongestMatch, ScriptedLearned, decode, fake_profile, markov
 from tests.test_lookup_lossless import COPY_TEXT
 from tests.test_sampling_lossless import assert_matches, n_samples
 
@@ -180,7 +180,8 @@ def test_fake_greedy_through_a_translated_vocabulary_is_identical(method, gamma)
     drafter = TranslatingDrafter(Q_DRAFT, vocab)
     cfg = GenConfig(method=method, max_new_tokens=24, sampling=greedy, gamma=gamma,
                     multi_seq=False)
-    got = [t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile())
+    got = [t for ev in generate(target, drafter, PROMPT, cfg, decode, fake_profile(),
+                                learned=ScriptedLearned())  # its proposals counted
            for t in ev.tokens]
     assert got == want
     stats = vocab.stats()

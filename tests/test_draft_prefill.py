@@ -136,6 +136,6 @@ def test_greedy_from_a_copied_prefill_is_the_oracles(smol_pair, method, monkeypa
     monkeypatch.setattr(copy, "_sync", lambda got, stop=None: evaluated.append(
         len(got) - common_prefix(copy.tokens, got)) or sync(got, stop))
     list(smol_pair.generate(ids, GenConfig(method=method, max_new_tokens=4, lookup="off",
-                                           cache_prompt=False)))
+                                           cache_prompt=False, gamma=4)))  # sps drafts
     assert evaluated and evaluated[0] >= len(ids) - 1  # cold: the whole prompt (+ 1: the
     # target's first token, sps's first round's)

@@ -10,7 +10,7 @@ import pytest
 from core.budget import DraftBudget
 from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig
-from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, fake_profile
 
 V = 8
 PROMPT = [0]
@@ -24,11 +24,12 @@ def chain(vocab=V) -> np.ndarray:
     return P / P.sum(axis=1, keepdims=True)
 
 
-def run(method, drafter, target=None, prompt=PROMPT, **kw):
+def run(method, drafter, target=None, prompt=PROMPT, learned=None, **kw):
     target = target or FakeTarget(chain())
     kw.setdefault("max_new_tokens", 20)
     cfg = GenConfig(method=method, **kw)
-    events = list(generate(target, drafter, prompt, cfg, decode, fake_profile()))
+    events = list(generate(target, drafter, prompt, cfg, decode, fake_profile(),
+                           learned=learned))
     return [t for e in events for t in e.tokens], events[-1].stats, events
 
 
@@ -50,8 +51,10 @@ def test_rejection_at_first_and_last_draft_token(method, sequential):
     expected = vanilla()
     rejected = 0
     for pos in range(1, 12):  # every position of the first chunks: first, inside, last
+        # the budget sees the profile's times (ScriptedLearned): the lookup's and the
+        # pre-draft's pricing, not the clock, pick the rounds
         got, stats, _ = run(method, FakeDrafter(chain(), script=wrong_at(pos)), gamma=4,
-                            sequential=sequential)
+                            sequential=sequential, learned=ScriptedLearned())
         assert got == expected, f"rejection at {pos}"
         rejected += stats["accepted"] < stats["drafted"]
     assert rejected >= 6  # most wrong tokens reached the verifier (others were guesses)
@@ -102,8 +105,9 @@ def test_stop_string_cuts_the_ids_too(method):
 
 
 class Meeting:
-    """Which of the draft and the target is inside its call; `wait`: each waits (up to 5 s)
-    for the other to be inside too, so overlapped rounds meet whatever the clock says."""
+    """Which of the draft and the target is inside its call; `wait`: each waits (up to 60 s,
+    a guard: it returns as the other arrives) for the other to be inside too, so overlapped
+    rounds meet whatever the clock or the machine's load says."""
 
     def __init__(self, wait: bool):
         self.wait, self.met, self.apart = wait, 0, 0
@@ -111,7 +115,7 @@ class Meeting:
 
     def enter(self, mine: threading.Event, other: threading.Event) -> None:
         mine.set()
-        if (other.wait(5) if self.wait else other.is_set()):
+        if (other.wait(60) if self.wait else other.is_set()):
             self.met += 1
         else:
             self.apart += 1

@@ -170,14 +170,16 @@ def test_the_context_meter_never_shares_the_tokenizer_with_a_generation(smol_pai
     monkeypatch.setattr(smol_pair, "tokenizer", watched)
     host = ModelHost(lambda name, say: smol_pair)
     host.pair, host.name = smol_pair, "smol-self"
-    done, uses = threading.Event(), []
+    done, metered, uses = threading.Event(), threading.Event(), []
 
     def meter():
         while not done.is_set():
             uses.append(host.context_use([{"role": "user", "content": "How long is this?"}]))
+            metered.set()
 
     thread = threading.Thread(target=meter)
     thread.start()
+    assert metered.wait(60)  # metering before the generation starts, not after it ended
     ids = smol_pair.prompt_ids("Count to twenty.")
     cfg = GenConfig(method="vanilla", max_new_tokens=24, stop_strings=("never",))
     list(smol_pair.generate(ids, cfg))
@@ -212,8 +214,13 @@ def test_a_profile_between_two_turns_keeps_the_draft_s_cache(smol_pair):
     near-tie flip at the sixth token.)"""
     from core.sampling import PositionRng, SamplingConfig
 
+    from tests.conftest import UNTIMED
+
     ids = smol_pair.prompt_ids("Why is the sky blue?")
-    list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=12)))
+    # a fixed gamma: the draft holds its drafts past the prompt (the budget's own may leave
+    # the drafting to the target)
+    list(smol_pair.generate(ids, GenConfig(method="duo", max_new_tokens=12, gamma=4,
+                                           **UNTIMED)))
     drafter = smol_pair.drafter
     chat, before = list(drafter.tokens), bytes(drafter._state())
     profiler.measure(drafter, smol_pair.target, verify_n=1, seqs=1)

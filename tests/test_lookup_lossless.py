@@ -20,19 +20,26 @@ from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
 from core.verify import sampled_scores, verify_sampled
 from tests.conftest import vanilla_ids
-from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, decode, fake_profile,
-                         markov)
+from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, decode,
+                         fake_profile, markov)
 from tests.test_sampling_lossless import assert_matches
 
 V = 24
 P = markov(V, 1, sharp=0.3)
 Q = markov(V, 2, sharp=0.3)
 COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2, 3, 4, 5, 6]  # a copy to continue
+# duo's options where its lookup rounds are counted: the worker drafts on the caller's
+# thread, so COPY's draft prefill (priced above a forward) takes one plain round, not as
+# many as the target fits beside it
+COUNTED = {"sequential": True}
 
 
 def run(method, lookup="auto", n=60, prompt=COPY, target=None, drafter=None, learned=None,
         grammar=None, profile=None, shared_cores=False, **options):
-    """`shared_cores`: duo in sps's loop with the lookup (a CPU target's)."""
+    """`shared_cores`: duo in sps's loop with the lookup (a CPU target's). The budget sees
+    the profile's times unless `learned` is given (ScriptedLearned): its own gamma and the
+    lookup's pricing, not the clock, pick the rounds."""
+    learned = ScriptedLearned() if learned is None else learned
     target = target or FakeTarget(P)
     drafter = None if method in ("vanilla", "lookup") else drafter or FakeDrafter(Q)
     cfg = GenConfig(method=method, max_new_tokens=n, lookup=lookup, **options)
@@ -48,7 +55,8 @@ def run(method, lookup="auto", n=60, prompt=COPY, target=None, drafter=None, lea
 def test_greedy_is_vanilla(method, lookup, drafter):
     ref = run("vanilla")[0]
     draft = FakeDrafter(Q if drafter == "unlike" else P)  # like: model chunks to fuse with
-    ids, sources, stats = run(method, lookup, drafter=draft)
+    counted = COUNTED if method == "duo" else {}
+    ids, sources, stats = run(method, lookup, drafter=draft, **counted)
     assert ids == ref
     assert len(sources) == len(ids)
     lk = stats["lookup"]
@@ -63,7 +71,7 @@ def test_greedy_is_vanilla(method, lookup, drafter):
 
 def test_fused_rounds_extend_a_model_chunk():
     """A draft as good as the target gives chunks; the index continues them (fused)."""
-    ids, sources, stats = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
+    ids, sources, stats = run("duo", "on", drafter=FakeDrafter(P), gamma=2, **COUNTED)
     assert ids == run("vanilla")[0]
     kinds = {r["source"] for r in stats["rounds_log"]}
     assert "fused" in kinds and {"draft", "lookup"} <= set(sources)
@@ -80,7 +88,10 @@ def test_the_models_chunk_goes_on_past_the_lookups_tokens(monkeypatch):
         calls.append((list(committed), got))
         return got
     monkeypatch.setattr(Proposal, "follow", spy)
-    ids, _, _ = run("duo", "on", drafter=FakeDrafter(P), gamma=2)
+    # a draft token a tenth of the default's: the chunk beside a lookup draft is what fits
+    # in its verify (lookup_chunk), longer than the lookup's tokens
+    ids, _, _ = run("duo", "on", drafter=FakeDrafter(P), gamma=2,
+                    profile=fake_profile(draft_s=0.001), **COUNTED)
     assert ids == run("vanilla")[0]
     went_on = [(c, got) for c, got in calls if len(c) > 1 and got is not None]
     assert went_on and all(got.tokens for _, got in went_on)
@@ -97,10 +108,11 @@ def test_follow_takes_the_sequence_that_wrote_the_committed_tokens():
 def test_gamma_zero_still_has_lookup_rounds():
     """A draft far from the target: the budget stops drafting (the plain branch), yet the
     index's continuations are still verified."""
-    learned = Learned()
+    learned = ScriptedLearned()
     learned.budgets["duo"] = {"alpha": 0.02, "draft_scale": 1.0, "verify_scale": 1.0,
                               "profile": fake_profile(), "since_probe": 0}
-    ids, sources, stats = run("duo", "auto", learned=learned, drafter=FakeDrafter(Q))
+    ids, sources, stats = run("duo", "auto", learned=learned, drafter=FakeDrafter(Q),
+                              **COUNTED)
     assert ids == run("vanilla")[0]
     assert stats["lookup"]["won"] > 0 and "lookup" in sources
 
@@ -109,7 +121,8 @@ def test_the_worker_is_given_the_lookups_continuation_as_a_guess():
     """Each chunk the worker drafts comes with the index's continuation of its context (the
     drafter evaluates it in one batch: tests/test_draft_guess.py); never with the lookup off."""
     on, off = FakeDrafter(P), FakeDrafter(P)
-    assert run("duo", "auto", drafter=on)[0] == run("duo", "off", drafter=off)[0]
+    assert run("duo", "auto", drafter=on, **COUNTED)[0] == \
+        run("duo", "off", drafter=off, **COUNTED)[0]
     assert any(on.guesses) and not any(off.guesses)
     for (n_ctx, n), guess in zip(on.calls, on.guesses):
         assert len(guess) < max(n, 1)  # the last drafted token is never decoded
@@ -163,8 +176,8 @@ def test_a_generation_s_own_passes_outweigh_the_carried_rates():
 
 def test_lookup_off_keeps_todays_rounds():
     """off: the same rounds as a generation that never heard of the lookup."""
-    a = run("duo", "off", drafter=FakeDrafter(P), gamma=3)
-    b = run("duo", "off", drafter=FakeDrafter(P), gamma=3)
+    a = run("duo", "off", drafter=FakeDrafter(P), gamma=3, **COUNTED)
+    b = run("duo", "off", drafter=FakeDrafter(P), gamma=3, **COUNTED)
     assert a[0] == b[0] == run("vanilla")[0]
     assert [(r["drafted"], r["accepted"]) for r in a[2]["rounds_log"]] == \
         [(r["drafted"], r["accepted"]) for r in b[2]["rounds_log"]]

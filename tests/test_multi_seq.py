@@ -10,11 +10,11 @@ from llama_cpp import llama_cpp as C
 from core import branching
 from core import engine
 from core.backends import Plan
-from core.branching import BranchPolicy, FirstTokenOdds
+from core.branching import BranchPolicy
 from core.predraft import PredraftPolicy
 from core.sampling import PositionRng, SamplingConfig
 from tests import test_real_lossless as lossless
-from tests.conftest import vanilla_ids
+from tests.conftest import UNTIMED, vanilla_ids
 
 GREEDY = SamplingConfig()
 RNG = PositionRng(0, 1)
@@ -40,7 +40,9 @@ def oracle(smol_pair):
 
 # these cases must branch, so they fix gamma: an auto gamma follows this machine's timings
 # and, when it falls to plain decoding or one token, leaves nothing to branch (the default,
-# dynamic case with the budget's own gamma: tests/test_real_lossless.py)
+# dynamic case with the budget's own gamma: tests/test_real_lossless.py); and they count
+# branched rounds where no timing chooses the rounds (conftest.UNTIMED, its second sequence
+# back on: the policy prices it with the profile's step times and the learned odds)
 # every case runs prompts the draft gets wrong (WRONG), where a branch can be taken: on a
 # prompt drafted whole the first sequence wins every round, the accept path that a prompt
 # with rejections runs between them (and tests/test_real_lossless.py runs on every prompt).
@@ -55,12 +57,16 @@ def oracle(smol_pair):
 ], ids=["dynamic-low-theta", "static-2", "static-3"])
 def test_greedy_identical_with_multi_seq(smol_pair, oracle, options, half, monkeypatch):
     if "theta_scale" in options:  # on this CPU a batched step costs 2-4 single ones and the
-        # policy rightly keeps one sequence: make batching free and start the odds afresh
+        # policy rightly keeps one sequence: make batching free and start the odds and the
+        # pass rate afresh (what earlier files in this process taught them would choose)
+        from core.learned import Learned
+
         monkeypatch.setattr(branching, "step_ratio", lambda step_s, k: 1.0)
-        monkeypatch.setattr(smol_pair.learned, "odds", FirstTokenOdds())
+        monkeypatch.setattr(smol_pair, "learned", Learned())
     branched = 0  # prompts with rounds of several sequences
     for prompt, (ids, expected) in share(oracle, half):
-        got, stats = run(smol_pair, ids, method="duo", multi_seq=True, **options)
+        got, stats = run(smol_pair, ids, method="duo", **{**UNTIMED, "multi_seq": True},
+                         **options)
         assert got == expected, f"{options} differs on {prompt!r}"
         branched += any(int(k) > 1 for k in stats["seq_hist"])
     # rounds with several sequences did happen, on two prompts or more (margin for another
@@ -110,7 +116,7 @@ def _branches_kept_right(d, ids: list[int]) -> None:
 
 def test_stats_report_sequences_per_round(smol_pair, oracle):
     ids, _ = oracle[PROMPTS[1]]
-    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5,  # gamma: see above
+    _, stats = run(smol_pair, ids, method="duo", static_k=2, gamma=5, **UNTIMED,  # see above
                    n=16)  # the bookkeeping shows in any rounds (32 before: 16 tokens more)
     # every chunk has 2 sequences, but the last one when the output's end cuts it to 1 token
     # (a chunk is sized so no round drafts past max_new_tokens)
@@ -155,22 +161,21 @@ def test_predrafts_are_what_a_fresh_draft_would_say(smol_pair):
 def test_greedy_identical_with_forced_predrafts(smol_pair, oracle, options, monkeypatch):
     """Pre-drafts taken where a rejection's outcome was pre-drafted, and vanilla's output.
     Nothing here follows the clock: the budget starts afresh and learns the pass rate but
-    not the times (the chunk lengths and the outcomes pre-drafted follow them), no job is
-    stopped early (a pre-draft is there whether or not it was ready when its verify ended)."""
+    not the times (the chunk lengths and the outcomes pre-drafted follow them), and the
+    worker drafts on the caller's thread (sequential): every job ends before its verify, so
+    none is stopped early, and a long prompt's draft prefill takes one plain round."""
     from core.budget import DraftBudget
     from core.learned import Learned
-    from core.scheduler import DraftJob
 
     monkeypatch.setattr(engine, "_predraft_policy", lambda run, budget: PredraftPolicy(
         max_outcomes=6, forced=(6, 4)))
-    monkeypatch.setattr(DraftJob, "cancel", lambda job: None)
     monkeypatch.setattr(smol_pair, "learned", Learned())
     observe = DraftBudget.observe
     monkeypatch.setattr(DraftBudget, "observe", lambda budget, drafted, accepted, *times,
                         **kw: observe(budget, drafted, accepted))
     hits = 0
     for prompt, (ids, expected) in share(oracle, "wrong"):
-        got, stats = run(smol_pair, ids, method="duo", **options)
+        got, stats = run(smol_pair, ids, method="duo", sequential=True, **options)
         assert got == expected, f"{options} differs on {prompt!r}"
         hits += stats["predraft_hits"]
     assert hits > 0

@@ -12,7 +12,7 @@ from core.budget import DraftBudget
 from core.engine import GenConfig, generate
 from core.predraft import PredraftPolicy
 from core.sampling import SamplingConfig
-from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, fake_profile, markov
 from tests.test_sampling_lossless import assert_matches
 
 V = 6
@@ -100,9 +100,11 @@ def forced(monkeypatch, n=2, depth=3):
 
 
 def tokens(method, sampling=SamplingConfig(), seed=0, drafter=None, n=24, **kw):
+    """The budget sees the profile's times (ScriptedLearned): its own gamma and the lookup's
+    pricing, not the clock, pick the rounds whose pre-drafts are counted."""
     cfg = GenConfig(method=method, max_new_tokens=n, sampling=sampling, seed=seed, **kw)
     events = list(generate(FakeTarget(P_TARGET), drafter or FakeDrafter(Q_DRAFT), PROMPT, cfg,
-                           decode, fake_profile()))
+                           decode, fake_profile(), learned=ScriptedLearned()))
     return [t for e in events for t in e.tokens], events[-1].stats
 
 
@@ -171,7 +173,7 @@ def test_rejection_sampler_with_predrafts_keeps_the_distribution(monkeypatch):
         cfg = GenConfig(method="duo", max_new_tokens=5, sampling=SamplingConfig(1.0),
                         seed=seed, gamma=2, sampler="rejection", multi_seq=False)
         events = list(generate(FakeTarget(P), FakeDrafter(Q), PROMPT, cfg, decode,
-                               fake_profile()))
+                               fake_profile(), learned=ScriptedLearned()))  # hits counted
         toks = tuple(t for e in events for t in e.tokens)
         counts[toks] = counts.get(toks, 0) + 1
         hits += events[-1].stats["predraft_hits"]

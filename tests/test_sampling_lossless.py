@@ -11,7 +11,7 @@ from scipy.stats import chisquare
 
 from core.engine import GenConfig, generate
 from core.sampling import SamplingConfig, logits_to_probs
-from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
+from tests.fakes import FakeDrafter, FakeTarget, ScriptedLearned, decode, fake_profile, markov
 
 # Samples per case, by a power calculation: the chi-square at alpha 1e-3 on the joint of the
 # first 3 tokens (64 cells; those expected >= 5 kept, the rest pooled: df 30 at t1, 15 at
@@ -162,7 +162,8 @@ def test_device_side_rows_stay_lossless(method, gamma, sampler):
         for seed in range(SEEDS):
             cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling,
                             seed=seed, gamma=gamma, sampler=sampler, multi_seq=False)
-            events = list(generate(target, drafter, PROMPT, cfg, decode, fake_profile()))
+            events = list(generate(target, drafter, PROMPT, cfg, decode, fake_profile(),
+                                   learned=ScriptedLearned()))  # rejections counted
             texts[target_class].append([t for ev in events for t in ev.tokens])
             rejected += events[-1].stats["drafted"] - events[-1].stats["accepted"]
     assert len({tuple(t) for t in texts[FakeTarget]}) > 5  # the seeds vary the text (10 here)
@@ -180,7 +181,8 @@ SEEDS = 100
 
 
 def assert_vanillas_texts(gamma: int, **options) -> FakeDrafter:
-    """duo's coupled texts (t1, N_TOKENS) are vanilla's for every seed; duo's drafter."""
+    """duo's coupled texts (t1, N_TOKENS) are vanilla's for every seed; duo's drafter, whose
+    calls are counted (the budget sees the profile's times: ScriptedLearned)."""
     sampling = SamplingConfig(1.0)
     texts = {}
     for method in ("vanilla", "duo"):
@@ -190,7 +192,8 @@ def assert_vanillas_texts(gamma: int, **options) -> FakeDrafter:
             cfg = GenConfig(method=method, max_new_tokens=N_TOKENS, sampling=sampling,
                             seed=seed, gamma=gamma if method == "duo" else None, **options)
             texts[method].append([t for ev in generate(target, drafter, PROMPT, cfg, decode,
-                                                       fake_profile()) for t in ev.tokens])
+                                                       fake_profile(), learned=ScriptedLearned())
+                                  for t in ev.tokens])
     assert len({tuple(t) for t in texts["vanilla"]}) > 10  # the seeds vary the text
     assert texts["duo"] == texts["vanilla"]
     return drafter
@@ -216,6 +219,7 @@ def test_chi_square_detects_a_wrong_distribution():
                                      {"static_k": 3}], ids=["dynamic", "static-k3"])
 def test_multi_sequence_drafting_stays_lossless(options):
     """Several first-token candidates pass theta (a low theta scale, or a static k); the
-    sequence whose first token is the target's own continues."""
-    drafter = assert_vanillas_texts(3, **{"multi_seq": False, **options})
+    sequence whose first token is the target's own continues. Sequential: a chunk dropped
+    while its job still runs would be stopped part way, its sequences uncounted."""
+    drafter = assert_vanillas_texts(3, **{"multi_seq": False, "sequential": True, **options})
     assert sum(k > 1 for k in drafter.branch_counts) > len(drafter.branch_counts) // 2
