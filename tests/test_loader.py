@@ -208,10 +208,10 @@ def test_online_times_far_off_the_profile_never_measure_before_a_generation(smol
 
 def test_a_profile_between_two_turns_keeps_the_draft_s_cache(smol_pair):
     """The draft's cache (its state copied aside and set back) holds the chat's tokens after
-    a profile is measured (the page's button), with their values: sequence 0's state, byte for byte. (Not the next
-    draft's tokens: its last logits are decoded again after the check, in a batch of one
-    where the generation's last were in a batch of several, and two fresh clones saw a
-    near-tie flip at the sixth token.)"""
+    a profile is measured (the page's button), with their values: sequence 0's state, byte
+    for byte. (Not the next draft's tokens: its last logits are decoded again after the
+    probes, in a batch of one where the generation's last were in a batch of several, and
+    two fresh clones saw a near-tie flip at the sixth token.)"""
     from core.sampling import PositionRng, SamplingConfig
 
     from tests.conftest import UNTIMED
