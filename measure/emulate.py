@@ -5,7 +5,7 @@ profile's shape run on cuda). The app never imports it (docs/emulation.md)."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from core.backends import Scores
@@ -151,7 +151,6 @@ class EmulatedTarget:
     """The `Target` seam (core/backends.py) with an oracle's verdicts and a clock's time; a
     GPU-like device to the placement, so duo overlaps as on the workstation."""
     device = "cuda"  # what the placement reads: the target beside the draft's cores
-    graph_threads = 0  # no CPU graphs to keep a thread count for
 
     def __init__(self, real, oracle: Oracle, clock, emulation: Emulation):
         self.name = f"emulated:{real.name}"
@@ -198,9 +197,6 @@ class EmulatedTarget:
             yield
         finally:
             self.cached_ids = saved
-
-    def exact(self):
-        return nullcontext()
 
     def set_threads(self, n: int) -> int:
         return 1  # a GPU target's one launcher thread
@@ -290,7 +286,3 @@ def _shadow_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-__all__ = ["CLOCKS", "EmulatedTarget", "Emulation", "ProfileClock", "ShadowClock",
-           "check_config", "emulate"]

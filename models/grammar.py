@@ -46,10 +46,6 @@ class LLGrammar:
         return twin
 
     @property
-    def accepting(self) -> bool:
-        return self.matcher.is_accepting()
-
-    @property
     def free(self) -> bool:
         """Every token, EOS included, allowed from here to the end: the answer has committed
         to the tool grammar's plain-text branch, which after its start is free text."""

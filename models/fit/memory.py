@@ -86,7 +86,6 @@ class Budget:
     group: int | None = None
     where: str = ""
     dtype: str | None = None  # the base dtype's name, for labels (fp16 and bf16 are both 2 bytes)
-    speeds: dict | None = None  # measured ms of a verify chunk per precision on this device
 
     def label(self, kind: str) -> str:
         """How a precision is shown: 'none' as the dtype it runs in."""
@@ -158,35 +157,17 @@ def pick_quant(dims: ModelDims, ctx: int, budget: Budget, runs=PRECISIONS) -> Qu
     label = budget.label
     room = "free memory unknown" if budget.free is None else \
         f"{budget.free / GIB:.1f} GiB free on {budget.where or budget.device}"
-    kind, faster = by_speed(fits, budget.speeds)
+    kind = fits[0]
     why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB"
-                    for k in PRECISIONS[:PRECISIONS.index(fits[0])] if k in runs)
+                    for k in PRECISIONS[:PRECISIONS.index(kind)] if k in runs)
+    note = f"; {INT8_COST}" if kind == "int8" and budget.cuda else ""
     reason = (f"picked {label(kind)} ({needed[kind] / GIB:.1f} GiB{': ' + why if why else ''}; "
-              f"{room}{faster}{_int8_note(kind, budget)}) {_table(dims, ctx, budget, needed)}")
+              f"{room}{note}) {_table(dims, ctx, budget, needed)}")
     return QuantPick(kind, needed, fits, budget.free, reason)
 
 
 INT8_COST = ("int8 saves memory and costs speed on cuda: a verify chunk of 2+ rows writes and "
              "reads a bf16 copy of each weight (about 5 bytes a weight against bf16's 2)")
-
-
-def by_speed(fits: tuple[str, ...], speeds: dict | None) -> tuple[str, str]:
-    """(precision, why) among those that fit: the best one, except that int8 gives way to a
-    smaller precision that fits and was measured faster on this device (`speeds`: ms of a
-    verify chunk per precision; without it, the order alone)."""
-    kind = fits[0]
-    if kind != "int8" or not speeds or "int8" not in speeds:
-        return kind, ""
-    quicker = [k for k in fits[1:] if k in speeds and speeds[k] < speeds["int8"]]
-    if not quicker:
-        return kind, ""
-    k = quicker[0]
-    return k, (f"; {k} measured faster than int8 here ({speeds[k]:.2f} ms against "
-               f"{speeds['int8']:.2f} ms a verify chunk)")
-
-
-def _int8_note(kind: str, budget: Budget) -> str:
-    return f"; {INT8_COST}" if kind == "int8" and budget.cuda and not budget.speeds else ""
 
 
 def _table(dims: ModelDims, ctx: int, budget: Budget, needed: dict[str, int]) -> str:

@@ -190,15 +190,6 @@ def package_file(package: str, file: str) -> Path:
     raise PairError(f"model file '{file}' not found in package '{package}' ({root})")
 
 
-def resolve_file(entry: dict) -> Path:
-    """Local path of a GGUF named by a catalog entry (package file or local path)."""
-    if "package" in entry:
-        return package_file(entry["package"], entry["file"])
-    if "path" in entry:
-        return Path(entry["path"]).expanduser()
-    raise PairError(f"catalog entry has no local file: {entry}")
-
-
 def target_source(spec: PairSpec) -> tuple[str, Path]:
     """("gguf", file) for a GGUF target (embedded or local), ("hf", folder) for a safetensors one."""
     t = spec.target

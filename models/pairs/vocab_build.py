@@ -40,7 +40,6 @@ class VocabMap:
         self.control_t2d, self.control_d2t = self._controls()
         for d, t in self.control_d2t.items():
             self.d2t[d] = t
-        self.one_to_one = self.d2t >= 0
         self._report: dict | None = None  # report(), once asked
 
     def _twins(self) -> np.ndarray:
