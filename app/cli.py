@@ -95,16 +95,18 @@ def load_options(args):
 
 def compile_buckets(text: str | None) -> tuple[int, ...] | None:
     """--compile-buckets "1,8,32" as (1, 8, 32); None stays None (the default sizes)."""
-    if text is None:
-        return None
+    return None if text is None else tuple(sorted(set(numbers(text, "--compile-buckets", 1))))
+
+
+def numbers(text: str, flag: str, least: int = 0) -> list[int]:
+    """A comma list of positive whole numbers ("1,8,32"), at least `least` of them."""
     try:
-        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        sizes = ()
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"--compile-buckets must be positive numbers separated by commas, "
-                         f"got '{text}'")
-    return sizes
+        values = [0]
+    if len(values) < least or any(n < 1 for n in values):
+        raise ValueError(f"{flag} must be positive numbers separated by commas, got '{text}'")
+    return values
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

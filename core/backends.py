@@ -70,19 +70,11 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def tail(self, start: int) -> "Draft":
-        q = None if self.q_draft is None else self.q_draft[start:]
-        ranked = None if self.ranked is None else self.ranked[start:]
-        origins = None if self.origins is None else self.origins[start:]
-        conf = None if self.conf is None else self.conf[start:]
-        return Draft(self.tokens[start:], q, ranked, origins, conf, self.lookup_source)
-
-    def head(self, n: int) -> "Draft":
-        q = None if self.q_draft is None else self.q_draft[:n]
-        ranked = None if self.ranked is None else self.ranked[:n]
-        origins = None if self.origins is None else self.origins[:n]
-        conf = None if self.conf is None else self.conf[:n]
-        return Draft(self.tokens[:n], q, ranked, origins, conf, self.lookup_source)
+    def __getitem__(self, part: slice) -> "Draft":
+        """The tokens of slice `part`, with their q rows, ranks, origins and confidences."""
+        q, ranked, origins, conf = (None if x is None else x[part] for x in
+                                    (self.q_draft, self.ranked, self.origins, self.conf))
+        return Draft(self.tokens[part], q, ranked, origins, conf, self.lookup_source)
 
     def sources(self) -> list[str]:
         return self.origins if self.origins is not None else ["draft"] * len(self.tokens)
@@ -148,7 +140,7 @@ class Proposal:
         branch = self.branch_for(committed[0]) if committed else None
         if branch is None or branch.tokens[:len(committed)] != list(committed):
             return None
-        return branch.tail(len(committed))
+        return branch[len(committed):]
 
     def predraft_for(self, accepted: int, token: int) -> Draft | None:
         """The draft to verify next when `accepted` tokens passed and the target put `token`

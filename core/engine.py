@@ -307,7 +307,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             if pick is not None and pick.draft is not draft:  # the lookup's, or fused
                 draft, short = pick.draft, False
             size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)
-            model = draft.head(draft.n_model())  # the worker drafts after the model's part
+            model = draft[:draft.n_model()]  # the worker drafts after the model's part
             plan = predraft_plan(run, predraft, budget, model, branching)
             room = run.draft_room(size, len(model))
             guess = run.lookup.guess(run, budget, model.tokens, room) if run.lookup else []

@@ -106,7 +106,7 @@ class FakeDrafter(Threads):
                 cut = len(context) - predraft.pending + j
                 d = self._sequence(list(context[:cut]), [a], predraft.depth + 1, sampling,
                                    draws, None, delay=0.0)
-                out.predrafts[(j, a)] = d.tail(1)
+                out.predrafts[(j, a)] = d[1:]
             self.tokens = keep
         return out
 

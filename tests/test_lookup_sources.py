@@ -63,7 +63,7 @@ def test_a_memory_round_is_counted_and_learned_in_the_memory_s_bands():
     assert low.draft.lookup_source == "context" and low.draft.tokens == PASSAGE[:len(low.draft)]
     pick_, bands = pick(memory_rate=1.0)
     assert pick_.source == "lookup" and pick_.draft.lookup_source == "memory"
-    assert pick_.draft.tail(1).lookup_source == pick_.draft.head(2).lookup_source == "memory"
+    assert pick_.draft[1:].lookup_source == pick_.draft[:2].lookup_source == "memory"
     telemetry, before = Telemetry(GenerationStats("lookup"), 0.0), list(bands.tried)
     telemetry.drafting(pick_.draft, pick_.source, pick_.offered)
     rec = telemetry.round(0.0, (0.0, 0.0), (0.0, 0.0), len(pick_.draft), accepted=0)

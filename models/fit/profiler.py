@@ -31,20 +31,19 @@ BUSY = 0.25  # other processes' share of the cores above which a measurement was
 
 
 def machine_key() -> str:
-    return f"{platform.node()}|{_cpu_name()}"
+    return f"{platform.node()}|{cpu_name()}"
 
 
 @functools.cache
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name, read once (a profile is looked up at every generation)."""
-    cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return cpu
+    return platform.processor() or platform.machine()
 
 
 def machine_load(seconds: float = 0.25) -> float | None:
