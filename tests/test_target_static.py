@@ -210,9 +210,9 @@ def test_device_sampled_scores_equal_the_reference(sampling):
 @pytest.fixture(scope="module")
 def compiled(pair_with, cut):
     """The cut smol-self (`cut`: why it proves what the full one would) with the compiled
-    target as --target-compile on runs it on the CPU: the chunk length dynamic, each chunk at
-    its own length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads
-    to 8), longer chunks eager."""
+    target as --target-compile on runs it on the CPU: the chunk length dynamic, each chunk
+    padded to 8 or 16 (two sizes make it dynamic; one graph, a 1-token step included, as it
+    pads to 8), longer chunks eager."""
     return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512)
 
 

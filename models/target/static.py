@@ -1,7 +1,7 @@
 """The fast target path: K/V preallocated per layer and written at absolute positions, each
 forward attending only over a length bucket just past what the sequence holds
-(models/target/attention.py); verify chunks compiled with their length dynamic (on cuda
-padded to a few sizes, a CUDA graph each), one upload (position and ids) and one download
+(models/target/attention.py); verify chunks compiled with their length dynamic (padded
+to a few sizes; on cuda a CUDA graph each), one upload (position and ids) and one download
 (argmaxes, or what the sampled verifier needs) a round; long prompts prefilled eagerly in big
 chunks on the same buffers.
 
@@ -31,10 +31,6 @@ from models.target.eager import TorchTarget, _check_chunk
 
 
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
-# CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
-# the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
-# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4
-EXACT_FROM = 8
 
 
 class StaticTarget(TorchTarget):
@@ -52,7 +48,6 @@ class StaticTarget(TorchTarget):
         # a dynamic chunk length where it saves compiles: two sizes past 1 (a dynamic graph
         # compiles slower than one static size)
         self._dynamic_chunk = sum(b > 1 for b in self.buckets) > 1
-        self._exact = self._dynamic_chunk and not cuda  # chunks unpadded on the CPU
         self.path = "static-compiled" if compile else "static"
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
                                 None)
@@ -180,11 +175,8 @@ class StaticTarget(TorchTarget):
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
     def _size(self, n: int) -> int:
-        """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
-        EXACT_FROM (the cost follows the tokens); else the bucket that holds it (a CUDA graph
-        is recorded per length)."""
-        if self._exact and n > EXACT_FROM:
-            return n
+        """The chunk's length in the graph: the bucket that holds it (a CUDA graph is recorded
+        per length)."""
         return next(b for b in self.buckets if b >= n)
 
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
@@ -298,7 +290,7 @@ def _compiled(fn, cuda: bool, quant: str = "none"):
     serves chunks of 2..32 (dynamo keeps a length of 1 apart: the plain round's own graph) and
     every span; two compiles, not one per chunk size (78 against 195 CPU seconds cold for
     smol-self's six sizes on a 2-core EPYC). On cuda a CUDA graph is recorded per chunk size
-    and span bucket (mode reduce-overhead); chunks are still padded to the buckets for that.
+    and span bucket (mode reduce-overhead).
     A quantized target's compile gets torchao's inductor settings, for this compile only."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")  # kept across starts
     options = {"triton.cudagraphs": cuda}  # what mode="reduce-overhead" sets
