@@ -145,11 +145,7 @@ class Api:
                         _take_calls(answers)
                     return answers
                 if item:
-                    i, ev = item
-                    answers[i].text += ev.text
-                    answers[i].tokens += ev.tokens
-                    answers[i].stats = ev.stats or answers[i].stats
-                    answers[i].logprobs += ev.logprobs or []
+                    answers[item[0]].add(item[1])
         finally:
             job.cancel.set()
 
@@ -173,8 +169,7 @@ class Api:
                 yield sse(shapes.usage_chunk(answers))
             yield sse("[DONE]")
         except ApiError as e:
-            yield sse({"error": {"message": e.message, "type": e.type, "param": e.param,
-                                 "code": e.code}})
+            yield sse(e.body())
         finally:
             job.cancel.set()
 

@@ -52,10 +52,12 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param, self.code = (
             status, message, type, param, code)
 
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
     def response(self) -> JSONResponse:
-        body = {"message": self.message, "type": self.type, "param": self.param,
-                "code": self.code}
-        return JSONResponse({"error": body}, status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 async def guarded(call) -> Response:

@@ -9,7 +9,7 @@ For `sps` the two run one after the other.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 # the longest verify the budget plans: a chunk and the target's own token fill the largest
 # compiled bucket (models/target/static.py), past which a forward leaves its graphs (a
@@ -31,9 +31,7 @@ class Profile:
         return _curve(self.verify_s, n)
 
     def to_dict(self) -> dict:
-        return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
-                "draft_step_s": self.draft_step_s, "device": self.device,
-                "load": self.load}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":

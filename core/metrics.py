@@ -20,10 +20,8 @@ class RoundRecord:
     source: str = "model"  # what the verified draft was: model, lookup, fused (both), plain
 
     def to_dict(self) -> dict:
-        return {"start": self.start, "end": self.end, "draft_span": list(self.draft_span),
-                "verify_span": list(self.verify_span), "drafted": self.drafted,
-                "accepted": self.accepted, "seqs": self.seqs, "predrafted": self.predrafted,
-                "predraft_hit": self.predraft_hit, "source": self.source}
+        return {**self.__dict__, "draft_span": list(self.draft_span),
+                "verify_span": list(self.verify_span)}
 
 
 @dataclass
