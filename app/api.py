@@ -141,8 +141,9 @@ class Api:
                         return None
                     looked = time.monotonic()
                 if item is None:
-                    if tools:
-                        _take_calls(answers)
+                    for a in answers if tools else ():
+                        a.text, a.tool_calls = split_calls(a.text)
+                        a.text = a.text.strip() if a.tool_calls else a.text
                     return answers
                 if item:
                     answers[item[0]].add(item[1])
@@ -178,12 +179,6 @@ def _param_of(e: ValueError) -> str | None:
     """The field a GenConfig or grammar error names, when it starts with one."""
     head = str(e).split(":", 1)[0]
     return head if head in ("response_format", "logit_bias", "logprobs", "tools") else None
-
-
-def _take_calls(answers: list[Answer]) -> None:
-    for a in answers:
-        a.text, a.tool_calls = split_calls(a.text)
-        a.text = a.text.strip() if a.tool_calls else a.text
 
 
 def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: ToolStream | None):

@@ -144,11 +144,6 @@ def gamma_line(stats: dict) -> str:
     return f"**{prof.get('gamma')}** ({mode}; rounds {used or '—'})"
 
 
-def gamma_reason(stats: dict) -> str:
-    """Why the budget chose that gamma, with its measured figures (behind a click)."""
-    return (stats.get("gamma_profile") or {}).get("reason", "")
-
-
 def seqs_line(stats: dict) -> str:
     hist = stats.get("seq_hist") or {}
     if not hist:
@@ -182,7 +177,7 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
     if seed is not None:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    why = gamma_reason(stats) if drafting else ""
+    why = (stats.get("gamma_profile") or {}).get("reason", "") if drafting else ""
     return (f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
             + (details("why this gamma", why) if why else ""))
 

@@ -46,12 +46,6 @@ def _one_hot(row) -> bool:
     return isinstance(row, (int, np.integer))
 
 
-def q_rows(q_draft) -> list:
-    """The rows of a dense array or a QRows, as a list (one-hot rows stay token ids)."""
-    return [] if q_draft is None else list(q_draft.rows if isinstance(q_draft, QRows)
-                                           else q_draft)
-
-
 @dataclass
 class Draft:
     """Draft tokens (target ids) proposed after some context, with their q_draft rows: what the
@@ -89,7 +83,8 @@ class Draft:
 
     def plus(self, found, sampled: bool) -> "Draft":
         """This draft followed by a `Lookup`'s tokens (one-hot q rows when sampling)."""
-        q = QRows(q_rows(self.q_draft) + [int(t) for t in found.tokens]) if sampled else None
+        rows = self.q_draft.rows if isinstance(self.q_draft, QRows) else self.q_draft
+        q = QRows([*(() if rows is None else rows), *map(int, found.tokens)]) if sampled else None
         return Draft(self.tokens + list(found.tokens), q, self.ranked,
                      self.sources() + ["lookup"] * len(found),
                      (self.conf or [0.0] * len(self)) + list(found.conf), found.source)

@@ -184,8 +184,8 @@ class DraftBudget:
                 verify_s: float = 0.0, verify_n: int = 0) -> int:
         """Feed one round's outcome and times; returns the gamma for the next round."""
         self.since_probe = 0 if self.gamma else self.since_probe + 1  # this round's gamma
-        if drafted:
-            self.learn_alpha(drafted, accepted)
+        if drafted:  # per-token pass rate: the passes, plus one failure if any was rejected
+            self.alpha += self.ema * (accepted / (accepted + (accepted < drafted)) - self.alpha)
         if draft_n and draft_s > 0:
             ratio = draft_s / (draft_n * self.profile.draft_token_s)
             self.draft_scale += self.ema * (ratio - self.draft_scale)
@@ -198,11 +198,6 @@ class DraftBudget:
         if not self.fixed:
             self.gamma = self._choose()
         return self.gamma
-
-    def learn_alpha(self, drafted: int, accepted: int) -> None:
-        """Per-token pass rate: `accepted` passes, plus one failure if any was rejected."""
-        trials = accepted + (accepted < drafted)
-        self.alpha += self.ema * (accepted / trials - self.alpha)
 
     # -- carried across generations (core/learned.py) --------------------------------------
     def state(self) -> dict:

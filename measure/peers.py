@@ -141,6 +141,7 @@ class Peers:
         if self.model is None:
             self.model = peer_model(target)
         model, eos = self.model, sorted(target.eos_ids)
+        pad = model.generation_config.pad_token_id
         x = torch.tensor([ids], dtype=torch.long, device=target.device)
         streamer = first_token_streamer()
         prev = torch.get_num_threads()  # the target's set_threads may keep a compiled count
@@ -152,7 +153,8 @@ class Peers:
                 streamer.start()
                 out = model.generate(x, attention_mask=torch.ones_like(x), streamer=streamer,
                                      max_new_tokens=self._room(ids, cfg), eos_token_id=eos,
-                                     pad_token_id=_pad_id(model, eos), **_sampling(cfg.sampling),
+                                     pad_token_id=pad if pad is not None else eos[0],
+                                     **_sampling(cfg.sampling),
                                      **extra)
                 target.synchronize()
                 wall = time.perf_counter() - streamer.t0
@@ -302,11 +304,6 @@ def _sampling(s: SamplingConfig) -> dict:
     if s.greedy:
         return {"do_sample": False}
     return {"do_sample": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
-
-
-def _pad_id(model, eos: list[int]) -> int:
-    pad = model.generation_config.pad_token_id
-    return pad if pad is not None else eos[0]
 
 
 def _until_eos(tokens: list[int], eos_ids: set[int], cfg: PeerConfig) -> tuple[list[int], str]:

@@ -270,17 +270,15 @@ class Pair:
     def _events(self, events: Iterator[Event], method: str) -> Iterator[Event]:
         for ev in events:
             if ev.stats is not None:
+                t = self.target
                 ev.stats["threads"] = self.threads.to_dict()
                 if METHOD[method].overlaps:
                     ev.stats["schedule"] = OVERLAP if self.overlapped else SPS_LOOP
-                ev.stats["vocab"] = self.drafter.vocab.stats()
-                ev.stats["target_dtype"] = self.target.dtype
-                ev.stats["target_device"] = self.target.device
-                ev.stats["target_path"] = self.target.path
-                ev.stats["target_quant"] = self.target.quant
-                ev.stats["target_packed"] = self.target.packed
-                ev.stats["draft_prefill"] = self.prefill_choice.to_dict()
-                ev.stats["draft_attention"] = self.attention_choice.to_dict()
+                ev.stats.update(vocab=self.drafter.vocab.stats(), target_dtype=t.dtype,
+                                target_device=t.device, target_path=t.path, target_quant=t.quant,
+                                target_packed=t.packed,
+                                draft_prefill=self.prefill_choice.to_dict(),
+                                draft_attention=self.attention_choice.to_dict())
             yield ev
 
     def describe(self) -> dict:

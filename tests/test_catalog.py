@@ -332,13 +332,13 @@ def test_add_pair_replaces_own_entry(user_file, tmp_path, capsys):
 def test_gguf_tokens_of_the_embedded_draft(user_file):
     path = catalog.draft_path(catalog.get_pair("smol-self"))
     with path.open("rb") as fh:
-        tokens = gguf_header.gguf_tokens(fh.read)
+        tokens = gguf_header.gguf_field(fh.read, "tokenizer.ggml.tokens")
     assert len(tokens) == 49152 and tokens[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def test_gguf_truncated_header():
     with pytest.raises(PairError, match="ends early"):
-        gguf_header.gguf_tokens(io.BytesIO(make_gguf(TOKENS)[:100]).read)
+        gguf_header.gguf_field(io.BytesIO(make_gguf(TOKENS)[:100]).read, "tokenizer.ggml.tokens")
 
 
 def test_compare_vocabs():

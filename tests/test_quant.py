@@ -38,8 +38,8 @@ def card(gib: float, device: str = "cuda:0") -> Budget:
 def test_weights_and_kv_cache_bytes():
     dims = model_dims(LLAMA2_7B)
     n = dims.linear_params
-    rest = (dims.params - n) * 2
-    assert dims.weights("none") == 2 * dims.params and dims.weights("none", 4) == 4 * dims.params
+    rest = (dims.parameters() - n) * 2
+    assert dims.weights("none") == 2 * dims.parameters() and dims.weights("none", 4) == 4 * dims.parameters()
     assert n < dims.weights("int8") - rest < 1.01 * n
     assert dims.weights("int4", padded=False) - rest == n // 2 + n // 32  # bf16 scale + zero per group of 128
     with pytest.raises(ValueError, match="unknown precision 'int3'"):
@@ -50,13 +50,13 @@ def test_weights_and_kv_cache_bytes():
 def test_model_dims_from_configs():
     llama = model_dims(LLAMA2_7B)  # no num_key_value_heads / head_dim: MHA, hidden / heads
     assert (llama.layers, llama.kv_heads, llama.head_dim) == (32, 32, 128)
-    assert llama.params == memory.Shape.from_config(LLAMA2_7B).parameters()
-    assert llama.params - llama.linear_params == 2 * 32000 * 4096 + 65 * 4096  # embeddings, lm_head, norms
+    assert llama.parameters() == memory.Shape.from_config(LLAMA2_7B).parameters()
+    assert llama.parameters() - llama.linear_params == 2 * 32000 * 4096 + 65 * 4096  # embeddings, lm_head, norms
     assert llama.kv_bytes(4096) == memory.kv_cache_bytes(32, 32, 128, 4096 + 64 + 64)  # a chunk, aligned
     gemma = model_dims(GEMMA3)  # nested text_config; its 15 sliding layers are allocated at full length
     assert (gemma.layers, gemma.kv_heads, gemma.head_dim) == (18, 1, 256)
     assert gemma.kv_bytes(4096) == memory.kv_cache_bytes(18, 1, 256, 4096 + 64 + 64)
-    assert gemma.params / 1e6 == pytest.approx(268, abs=1)
+    assert gemma.parameters() / 1e6 == pytest.approx(268, abs=1)
 
 
 def test_catalog_target_configs_match_its_sizes():

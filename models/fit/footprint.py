@@ -70,10 +70,6 @@ def _first(c: dict, *keys: str, default: int | None = None) -> int:
 class ModelDims(Shape):
     """A Shape and the memory it takes: weights per precision, KV cache, working memory."""
 
-    @property
-    def params(self) -> int:
-        return self.parameters()
-
     def linears(self) -> list[tuple[int, int, int]]:
         """(out_features, in_features, how many) of every quantizable linear layer."""
         h, q, kv, n = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.layers
@@ -88,7 +84,7 @@ class ModelDims(Shape):
     def weights(self, kind: str, base_bytes: int = 2, group: int | None = None, padded: bool = True) -> int:
         """Weights in `kind`; embeddings, lm_head and norms stay in the base dtype. padded: int4
         in cuda's tinygemm layout (the CPU's int4 layout does not pad)."""
-        rest = (self.params - self.linear_params) * base_bytes
+        rest = (self.parameters() - self.linear_params) * base_bytes
         return rest + sum(c * linear_bytes(o, i, kind, base_bytes, group or INT4_GROUP, padded)
                           for o, i, c in self.linears())
 
@@ -171,10 +167,7 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, ctx: int, dtyp
     return 2 * n_layers * n_kv_heads * head_dim * ctx * dtype_bytes
 
 
-def model_dims(config: dict) -> ModelDims:
-    """ModelDims of a llama / mistral / qwen2 / gemma3 style config.json (nested text_config too)."""
-    return ModelDims.from_config(config)
-
+model_dims = ModelDims.from_config  # of a llama / mistral / qwen2 / gemma3 style config.json
 
 def margin_bytes(total: int | None) -> int:
     """Room left unused: 0.5 GiB plus 1/16 of the card (1.0 GiB at 8 GiB, 2.0 at 24): cuBLAS and

@@ -202,7 +202,8 @@ def target_source(spec: PairSpec) -> tuple[str, Path]:
         if path.is_dir() and weights_complete(path):
             return "hf", path
         raise _missing(spec, f"target {path} is missing or incomplete")
-    folder = _cached_snapshot(t["repo"], t.get("revision", "main"))
+    config = _cached_file(t["repo"], "config.json", t.get("revision", "main"))
+    folder = config.parent if config else None
     if folder is None or not weights_complete(folder):
         raise _missing(spec, f"target {t['repo']} is not downloaded")
     return "hf", folder
@@ -274,8 +275,3 @@ def _cached_file(repo: str, file: str, revision: str) -> Path | None:
                                     cache_dir=cache_dir()))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
-
-
-def _cached_snapshot(repo: str, revision: str) -> Path | None:
-    config = _cached_file(repo, "config.json", revision)
-    return config.parent if config else None
