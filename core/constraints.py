@@ -1,7 +1,7 @@
 """The per-row logits adjustment of a generation: a grammar's allowed tokens (a packed mask), a
 sparse additive bias (logit_bias, presence and frequency penalties) and whether logprobs are
 wanted. Built for each row from that row's generated prefix; targets apply it on their device,
-drafters and fakes through `apply_rows`, always before the sampling transform."""
+drafters through `apply_row`, always before the sampling transform."""
 from __future__ import annotations
 
 from collections import Counter
@@ -238,11 +238,3 @@ def apply_row(logits: np.ndarray, row: RowAdjust | None) -> np.ndarray:
     if row.allowed is not None:
         x[~unpack(row.allowed, len(x))] = -np.inf
     return x
-
-
-def apply_rows(logits: np.ndarray, adjust: Adjustments | None) -> np.ndarray:
-    """The reference: every row of a forward's logits after its adjustment."""
-    x = np.asarray(logits, dtype=np.float32)
-    if adjust is None or not adjust.changes_logits:
-        return x
-    return np.stack([apply_row(r, a) for r, a in zip(x, adjust.rows)])

@@ -18,8 +18,9 @@ from core.fusion import LookupPolicy
 from core.learned import Learned
 from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
-from core.verify import sampled_scores, verify_sampled
+from core.verify import verify_sampled
 from tests.conftest import vanilla_ids
+from tests.reference import sampled_scores
 from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, decode, fake_profile,
                          markov)
 from tests.test_sampling_lossless import assert_matches

@@ -1,5 +1,5 @@
 """The sampling transform of core/sampling.py on the target's device, so a verify round
-moves to the CPU only what the verifier needs (tested equal to the numpy reference)."""
+moves to the CPU only what the verifier needs (tested equal to tests/reference.py's numpy)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
 def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
                   check: SampleCheck | None = None, adjust: Adjustments | None = None,
                   tokens: list[int] = ()) -> Scores:
-    """core/verify.reference_scores on the device: the rows adjusted, then greedy: their argmax
+    """tests/reference.reference_scores on the device: the rows adjusted, then greedy: their argmax
     (n_rows integers); coupled sampling: each row's draw; rejection sampling: p_target of the
     draft tokens, residual and bonus draws; the raw rows' logprobs when asked (`tokens`: what
     score() appended). One download each."""
@@ -28,7 +28,7 @@ def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
 
 
 def apply_adjust(logits: torch.Tensor, adjust: Adjustments | None) -> torch.Tensor:
-    """core/constraints.apply_rows on the device: one upload of the packed masks and one of
+    """tests/reference.apply_rows on the device: one upload of the packed masks and one of
     the sparse biases (through pinned memory: `upload`), unpacked and applied there (a new
     tensor; the raw rows stay)."""
     if adjust is None or not adjust.changes_logits:
@@ -81,7 +81,7 @@ def _bit_table(device) -> torch.Tensor:
 
 def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
                     k: int) -> Logprobs:
-    """core/logprobs.reference_logprobs on the device: one download of the picked values."""
+    """tests/reference.reference_logprobs on the device: one download of the picked values."""
     lsm = torch.log_softmax(logits.float(), dim=-1)
     dev, n = lsm.device, lsm.shape[0]
     picks = torch.tensor([draft + [0] * (n - len(draft)), own], dtype=torch.long, device=dev)
