@@ -360,13 +360,13 @@ def test_compare_vocabs_has_no_tolerance():
 # ---- memory ----------------------------------------------------------------------------------
 
 def test_parameter_counts():
-    assert memory.Shape.from_config(LLAMA2_7B).parameters() / 1e9 == pytest.approx(6.74, abs=0.01)
-    assert memory.Shape.from_config(QWEN25_7B).parameters() / 1e9 == pytest.approx(7.6, abs=0.05)
-    assert memory.Shape.from_config(SMOL_17B).parameters() / 1e9 == pytest.approx(1.71, abs=0.01)
+    assert memory.model_dims(LLAMA2_7B).parameters() / 1e9 == pytest.approx(6.74, abs=0.01)
+    assert memory.model_dims(QWEN25_7B).parameters() / 1e9 == pytest.approx(7.6, abs=0.05)
+    assert memory.model_dims(SMOL_17B).parameters() / 1e9 == pytest.approx(1.71, abs=0.01)
     nested = {"text_config": LLAMA2_7B, "model_type": "gemma3"}
-    assert memory.Shape.from_config(nested).parameters() == memory.Shape.from_config(LLAMA2_7B).parameters()
+    assert memory.model_dims(nested).parameters() == memory.model_dims(LLAMA2_7B).parameters()
     with pytest.raises(PairError, match="hidden_size"):
-        memory.Shape.from_config({"vocab_size": 10})
+        memory.model_dims({"vocab_size": 10})
 
 
 def test_free_memory_on_cpu_reads_meminfo(monkeypatch, tmp_path):

@@ -50,7 +50,7 @@ def test_weights_and_kv_cache_bytes():
 def test_model_dims_from_configs():
     llama = model_dims(LLAMA2_7B)  # no num_key_value_heads / head_dim: MHA, hidden / heads
     assert (llama.layers, llama.kv_heads, llama.head_dim) == (32, 32, 128)
-    assert llama.parameters() == memory.Shape.from_config(LLAMA2_7B).parameters()
+    assert llama.parameters() == memory.model_dims(LLAMA2_7B).parameters()
     assert llama.parameters() - llama.linear_params == 2 * 32000 * 4096 + 65 * 4096  # embeddings, lm_head, norms
     assert llama.kv_bytes(4096) == memory.kv_cache_bytes(32, 32, 128, 4096 + 64 + 64)  # a chunk, aligned
     gemma = model_dims(GEMMA3)  # nested text_config; its 15 sliding layers are allocated at full length

@@ -23,8 +23,9 @@ CUDA_WORKSPACES = 32 * 1024 ** 2
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The sizes of a decoder-only transformer that decide its parameter count."""
+class ModelDims:
+    """The sizes of a decoder-only transformer that decide its parameter count, and the memory
+    it takes: weights per precision, KV cache, working memory."""
     hidden: int
     layers: int
     vocab: int
@@ -37,7 +38,7 @@ class Shape:
     tied: bool = False
 
     @classmethod
-    def from_config(cls, config: dict) -> "Shape":
+    def from_config(cls, config: dict) -> "ModelDims":
         c = config.get("text_config") or config
         h = _first(c, "hidden_size", "n_embd", "d_model")
         heads = _first(c, "num_attention_heads", "n_head", default=max(1, h // 128))
@@ -55,20 +56,6 @@ class Shape:
         mlp = (3 if self.gated_mlp else 2) * self.hidden * self.intermediate * self.experts
         embed = self.vocab * self.hidden * (1 if self.tied else 2)
         return self.layers * (attn + mlp + 2 * self.hidden) + embed + self.hidden
-
-
-def _first(c: dict, *keys: str, default: int | None = None) -> int:
-    for k in keys:
-        if c.get(k):
-            return int(c[k])
-    if default is None:
-        raise PairError(f"config.json has none of {', '.join(keys)}; cannot size the model")
-    return default
-
-
-@dataclass(frozen=True)
-class ModelDims(Shape):
-    """A Shape and the memory it takes: weights per precision, KV cache, working memory."""
 
     def linears(self) -> list[tuple[int, int, int]]:
         """(out_features, in_features, how many) of every quantizable linear layer."""
@@ -144,6 +131,15 @@ def linear_bytes(out: int, inp: int, kind: str, base_bytes: int = 2, group: int 
             out, inp = _ceil(out, INT4_ROWS), _ceil(inp, INT4_COLUMNS)
         return out * inp // 2 + out * (inp // group) * 2 * 2
     raise ValueError(f"unknown precision '{kind}'; known: none, int8, int4")
+
+
+def _first(c: dict, *keys: str, default: int | None = None) -> int:
+    for k in keys:
+        if c.get(k):
+            return int(c[k])
+    if default is None:
+        raise PairError(f"config.json has none of {', '.join(keys)}; cannot size the model")
+    return default
 
 
 def _ceil(n: int, m: int) -> int:

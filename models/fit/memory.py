@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.pairs.catalog import PairError
-from models.fit.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_bytes,  # noqa: F401
+from models.fit.footprint import (GIB, ModelDims, kv_cache_bytes, margin_bytes,  # noqa: F401
                               max_context, model_dims, size_config, trained_window)
 
 MEMINFO = Path("/proc/meminfo")
@@ -19,7 +19,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
     """Weights plus headroom for the KV cache and activations (10%, at least 0.5 GiB)."""
-    weights = Shape.from_config(config).parameters() * dtype_bytes
+    weights = model_dims(config).parameters() * dtype_bytes
     return weights + max(weights // 10, GIB // 2)
 
 
@@ -31,20 +31,14 @@ def free_bytes(device: str) -> tuple[int | None, str]:
 
 def device_memory(device: str) -> tuple[int | None, int | None, str]:
     """(free, total, where): GPU memory for cuda*, available RAM (no total) for cpu."""
-    if device.startswith("cuda"):
-        return _cuda_memory(device)
     if device == "cpu":
         return meminfo_available(), None, "CPU RAM"
-    return None, None, device
-
-
-def _cuda_memory(device: str) -> tuple[int | None, int | None, str]:
     import torch
-    if not torch.cuda.is_available():
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
         return None, None, device
-    dev = torch.device(device)
-    free, total = torch.cuda.mem_get_info(dev)
-    name = torch.cuda.get_device_name(dev)
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    name = torch.cuda.get_device_name(torch.device(device))
     return free, total, f"{device} ({name}, {total / GIB:.1f} GiB total)"
 
 

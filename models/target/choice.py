@@ -119,7 +119,6 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
                          f"got '{choice}'")
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
     budget = device_budget(device, dtype, group)
-    runs = [k for k in ("none", "int8", "int4") if supported(k, device, DTYPES[dtype])[0]]
     if choice != "auto":
         ok, why = supported(choice, device, DTYPES[dtype])
         if not ok:
@@ -128,5 +127,5 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
             raise DoesNotFit(f"the target in {choice} needs {budget.needed(dims, choice, n_ctx) / GIB:.1f} "
                              f"GiB at {n_ctx} tokens; {budget.free / GIB:.1f} GiB free on {budget.where}")
         return choice, "as asked"
-    pick = pick_quant(dims, n_ctx, budget, runs=runs)
+    pick = pick_quant(dims, n_ctx, budget, runs=_running(device, dtype))
     return pick.kind, pick.reason
