@@ -180,9 +180,7 @@ class Knobs(Strict):
 
     def base_seed(self) -> int:
         """The seed asked for, or a fresh random one (returned to the client)."""
-        if self.seed is None or self.seed == -1:
-            return secrets.randbelow(2**32)
-        return self.seed
+        return secrets.randbelow(2**32) if self.seed is None or self.seed == -1 else self.seed
 
     def gen_config(self, max_new_tokens: int, seed: int) -> GenConfig:
         sampling = SamplingConfig(self.temperature, self.top_k, self.top_p)

@@ -172,6 +172,15 @@ class Scores:
     logprobs: Logprobs | None = None  # only when the Adjustments asked for them
 
 
+def check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:
+    """What Target.score takes: 1..len(tokens) rows of a chunk that fits the window."""
+    if not tokens or not 1 <= n_rows <= len(tokens):
+        raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
+    if n_cached + len(tokens) > n_ctx:
+        raise ValueError(f"the context window is full: {n_cached} + {len(tokens)} tokens "
+                         f"> {n_ctx}")
+
+
 class TargetOutOfMemory(RuntimeError):
     """The target's device ran out of memory during a generation (torch's OutOfMemoryError,
     recognised by name: core imports no torch); its cache is rolled back, the pair usable."""

@@ -31,7 +31,7 @@ class Grammar(Protocol):
 
     # Optional: `free` (a bool property), True once every token, EOS included, is allowed from
     # here to the end whatever follows (a tool answer committed to plain text). The Adjuster
-    # then stops asking for masks after that prefix (see free_of).
+    # then stops asking for masks after that prefix (Adjuster._now_free).
 
 
 @dataclass
@@ -168,7 +168,7 @@ class Adjuster:
     def _now_free(self, generated: list[int]) -> bool:
         """Whether the grammar, just advanced to `generated`, is free from here on (it is
         then asked nothing more for contexts that extend `generated`)."""
-        if self.grammar is not None and free_of(self.grammar):
+        if getattr(self.grammar, "free", False):  # None, or a grammar without `free`: False
             self.free_after = list(generated)
             return True
         return False
@@ -188,11 +188,6 @@ class Adjuster:
             return False
         self.seen.append(token)
         return True
-
-
-def free_of(grammar: Grammar | None) -> bool:
-    """A grammar's optional `free` (False for grammars without it)."""
-    return grammar is not None and bool(getattr(grammar, "free", False))
 
 
 def adjuster(n_prompt: int, grammar: Grammar | None, penalties: Penalties,

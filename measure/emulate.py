@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from core.backends import Scores
+from core.backends import Scores, check_chunk
 from core.config import GenConfig
 from core.sampling import SamplingConfig
 from measure.device_profile import DeviceProfile, load_profile
@@ -172,11 +172,7 @@ class EmulatedTarget:
         if not sampling.greedy or check is not None or adjust:
             raise Refused("the emulated target verifies greedy only (no sampling, "
                           "response_format, logprobs, logit_bias or penalties)")
-        if not tokens or not 1 <= n_rows <= len(tokens):
-            raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
-        if self.n_cached + len(tokens) > self.n_ctx:
-            raise ValueError(f"the context window is full: {self.n_cached} + {len(tokens)} "
-                             f"tokens > {self.n_ctx}")
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         filled = self.n_cached
         self.cached_ids += list(tokens)
         self.clock.forward(list(tokens), filled)

@@ -219,9 +219,7 @@ def method_threads(pair, name: str) -> dict:
     """The threads a method runs on: the pair's plan for the engine's methods (and their
     variants), every core for the peers (each runs alone: models/loader.py is not asked)."""
     base = name[:-5] if name.endswith("-json") else name
-    if base in PEERS:
-        return {"target": pair.opts.cores}
-    return pair.threads.to_dict()
+    return {"target": pair.opts.cores} if base in PEERS else pair.threads.to_dict()
 
 
 def main(argv=None) -> None:

@@ -252,9 +252,7 @@ class LlamaDrafter(Branches):
         b.logits[len(entries) - 1] = True
 
     def _next_pos(self, seq: int) -> int:
-        if seq == 0:
-            return len(self.tokens)
-        return self.branch_base[seq] + len(self.branches[seq])
+        return len(self.tokens) if seq == 0 else self.branch_base[seq] + len(self.branches[seq])
 
     def _use_threads(self, n: int) -> None:
         if n != self._applied:

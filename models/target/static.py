@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from core.backends import SampleCheck, Scores
+from core.backends import SampleCheck, Scores, check_chunk
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
@@ -27,7 +27,7 @@ from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
 from models.target.sampling import device_scores
-from models.target.eager import TorchTarget, _check_chunk
+from models.target.eager import TorchTarget
 
 
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
@@ -107,7 +107,7 @@ class StaticTarget(TorchTarget):
         """Greedy: one forward and one download of n_rows argmaxes; sampling, or rows to
         adjust or logprobs to report: the head over the n_rows hidden rows, reduced on the
         device to what the verifier needs."""
-        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         if sampling.greedy and adjust is None and len(tokens) <= self.buckets[-1]:
             choice, _ = self._chunk(tokens)
             end = len(tokens)
@@ -117,7 +117,7 @@ class StaticTarget(TorchTarget):
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
         """Append `tokens`; float32 logits of the last n_rows positions, on the device."""
-        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         return self._rows(tokens, n_rows)
 
     def _rows(self, tokens: list[int], n_rows: int) -> torch.Tensor:
