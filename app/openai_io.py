@@ -112,10 +112,9 @@ class ResponseFormat(Strict):
 
 
 class Knobs(Strict):
-    """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma,
-    multi_seq, theta_scale, predraft, cache_prompt) and llama-server's n_predict. Unknown
-    fields are ignored, as OpenAI-style servers do (those that change the output: see
-    NOT_YET)."""
+    """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma, multi_seq,
+    theta_scale, predraft, cache_prompt) and llama-server's n_predict. Unknown fields are ignored,
+    as OpenAI-style servers do (those that change the output: see NOT_YET)."""
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)

@@ -15,9 +15,8 @@ from core.sampling import Noise, SamplingConfig
 
 class QRows:
     """q_draft rows of a draft that holds lookup tokens: a lookup token's row is one-hot on it
-    (stored as the token id: no vocabulary-wide row is made), a model token's row is dense.
-    Indexed like the dense array: q[i, tok], q[i] (a row: an array, or the one-hot token),
-    q[a:b]."""
+    (stored as the token id: no vocabulary-wide row is made), a model token's row is dense. Indexed
+    like the dense array: q[i, tok], q[i] (a row: an array, or the one-hot token), q[a:b]."""
 
     def __init__(self, rows: list):
         self.rows = rows

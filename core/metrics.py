@@ -132,9 +132,8 @@ class GenerationStats:
 
 
     def lookup_dict(self) -> dict:
-        """The suffix index's part: rounds it proposed in, rounds it won (from the memory of
-        earlier requests), its tokens proposed and accepted, and its share of the
-        new tokens."""
+        """The suffix index's part: rounds it proposed in, rounds it won (from the memory of earlier
+        requests), its tokens proposed and accepted, and its share of the new tokens."""
         return {"rounds": self.lookup_rounds, "won": self.lookup_won,
                 "memory": self.lookup_memory,
                 "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,

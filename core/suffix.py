@@ -93,11 +93,10 @@ class SuffixIndex:
         return (m, ends) if len(ends) else (0, ends)
 
     def walk(self, ends: np.ndarray, match: int, max_len: int) -> Lookup:
-        """From the occurrences `ends` of a `match`-token tail (the latest MAX_OCC of them):
-        the most frequent next token, again and again (ties: the latest occurrence's), while
-        the path confidence stays above MIN_CONF. The tokens after each occurrence are
-        gathered once; the walk itself runs over Python lists (a few small steps cost less
-        than numpy calls)."""
+        """From the occurrences `ends` of a `match`-token tail (the latest MAX_OCC of them): the
+        most frequent next token, again and again (ties: the latest occurrence's), while the path
+        confidence stays above MIN_CONF. The tokens after each occurrence are gathered once; the
+        walk itself runs over Python lists (a few small steps cost less than numpy calls)."""
         ends = ends[ends + 1 < self.n][-MAX_OCC:]
         if len(ends) == 1:  # one occurrence: a copy
             return self._copy(Lookup(match=match), int(ends[0]), match, max_len, 1.0)

@@ -185,9 +185,8 @@ class Telemetry:
                       verify_n=scored, band=band, rank=rank)
 
     def _model_part(self, rec: RoundRecord, trials: int, passed: int) -> tuple[int, int]:
-        """The model draft's trials and passes of a round (the lookup's tokens are learned
-        apart, per band): its tokens, and the guess of the chunk drafted beside when every
-        token passed."""
+        """The model draft's trials and passes of a round (the lookup's tokens are learned apart,
+        per band): its tokens, and the guess of the chunk drafted beside when every token passed."""
         drafting, self._drafting = self._drafting, None
         if drafting is None or not drafting[2]:
             return trials, passed

@@ -142,9 +142,8 @@ def floors(config: dict, kind: str, lengths: list[int], bandwidth: float,
 
 
 def copy_floors(config: dict, lengths: list[int], bandwidth: float, base_bytes: int = 2) -> dict:
-    """int8's floor (s) when the cast to the base dtype does not fold into the matmul (a chunk
-    of 2+ rows): its int8 bytes, plus a base-dtype copy of every linear weight written and
-    read again."""
+    """int8's floor (s) when the cast to the base dtype does not fold into the matmul (a chunk of 2+
+    rows): its int8 bytes, plus a base-dtype copy of every linear weight written and read again."""
     copies = 2 * model_dims(config).linear_params * base_bytes
     return {str(n): (read_bytes(config, "int8", n, base_bytes) + copies) / bandwidth
             for n in lengths}

@@ -314,10 +314,9 @@ def summary(draft_threads: int, target) -> dict:
 
 
 def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
-    """The draft's window from the target's: the same text may take more draft tokens with
-    another tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it
-    within the draft's trained window; past its window the draft proposes nothing and the
-    target goes on alone."""
+    """The draft's window from the target's: the same text may take more draft tokens with another
+    tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it within the draft's
+    trained window; past its window the draft proposes nothing and the target goes on alone."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
 
 

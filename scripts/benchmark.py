@@ -77,10 +77,9 @@ def parse(argv=None):
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
-    """Questions in order, at most `limit` a category. A question's prompt is its first turn;
-    with "answers" (the earlier turns' replies, written out) it is the conversation up to
-    the turn after the last answer (Spec-Bench's second turns without answers are left out,
-    as before)."""
+    """Questions in order, at most `limit` a category. A question's prompt is its first turn; with
+    "answers" (the earlier turns' replies, written out) it is the conversation up to the turn after
+    the last answer (Spec-Bench's second turns without answers are left out, as before)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:

@@ -139,10 +139,9 @@ _PROFILES_LOOKED_UP: set[str] = set()  # profile keys this process has looked up
 
 def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
-    """The budget profile, looked up at every generation: its load is checked at this
-    process's first lookup only (at every one it delayed each generation by the reading and,
-    beside a busy neighbour, profiled again and again); a running app's drift check does
-    the rest."""
+    """The budget profile, looked up at every generation: its load is checked at this process's
+    first lookup only (at every one it delayed each generation by the reading and, beside a busy
+    neighbour, profiled again and again); a running app's drift check does the rest."""
     key = (f"v6|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
            f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
     first = key not in _PROFILES_LOOKED_UP

@@ -105,11 +105,10 @@ def triton_missing() -> str | None:
 
 def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
                     choice: str = "auto", group: int | None = None, progress=None):
-    """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits;
-    `auto`: the best precision that runs here and whose weights, KV cache, working memory and
-    a margin fit the free memory (unquantized > int8 > int4), on cuda and on the CPU alike:
-    never a lossy one for speed. DoesNotFit (a PairError) says what would fit when nothing
-    does."""
+    """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits; `auto`:
+    the best precision that runs here and whose weights, KV cache, working memory and a margin fit
+    the free memory (unquantized > int8 > int4), on cuda and on the CPU alike: never a lossy one for
+    speed. DoesNotFit (a PairError) says what would fit when nothing does."""
     from models.fit.memory import GIB, DoesNotFit, device_budget, model_dims, pick_quant
     from models.target.quant import supported
     from models.target.eager import DTYPES
