@@ -116,7 +116,7 @@ class Api:
             if cfgs[0].response_format is not None:  # a bad schema: 400 before generating
                 await run_in_threadpool(pair.check_format, cfgs[0].response_format)
         except ValueError as e:
-            raise ApiError(400, str(e), param=_param_of(e)) from None
+            raise ApiError(400, str(e), param=_param_of(e), code="invalid_value") from None
         if not self.gate.enter():
             raise ApiError(429, f"the server is busy ({self.gate.limit} requests waiting or "
                                 "running); try again shortly", type="rate_limit_error",
@@ -178,7 +178,8 @@ class Api:
 def _param_of(e: ValueError) -> str | None:
     """The field a GenConfig or grammar error names, when it starts with one."""
     head = str(e).split(":", 1)[0]
-    return head if head in ("response_format", "logit_bias", "logprobs", "tools") else None
+    return head if head in ("response_format", "logit_bias", "logprobs", "tools", "lookup") \
+        else None
 
 
 def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: ToolStream | None):

@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.openai_messages import Message, NamedToolChoice, Strict, Tool  # noqa: F401 - Strict
-from core.config import METHOD
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
@@ -143,16 +142,6 @@ class Knobs(Strict):
         """Alternatives per token to report; None: no logprobs (each endpoint says)."""
         return None
 
-    def lookup_for_method(self) -> str:
-        """`lookup`, refused by name where the method cannot honour it."""
-        does = METHOD[self.method]
-        if (self.lookup == "on" and not does.looks_up
-                or does.looks_up and not does.drafts and self.lookup == "off"):
-            raise ApiError(400, f"lookup: '{self.lookup}' does not go with method "
-                                f"'{self.method}' (lookup drafts: duo and lookup; lookup "
-                                "needs them)", param="lookup", code="invalid_value")
-        return self.lookup
-
     def token_bias(self) -> dict[int, float]:
         out = {}
         for key, value in (self.logit_bias or {}).items():
@@ -187,7 +176,7 @@ class Knobs(Strict):
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
                          predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup_for_method(),
+                         lookup=self.lookup,
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
                          frequency_penalty=self.frequency_penalty,
