@@ -122,8 +122,7 @@ class Api:
                                 "running); try again shortly", type="rate_limit_error",
                            code="queue_full")
         token_text = pair.token_text if cfgs[0].logprobs is not None else None
-        job = Job(self.host, name, [ids for ids in prompts for _ in range(req.n)], cfgs,
-                  self.gate)
+        job = Job(self.host, name, [ids for ids in prompts for _ in range(req.n)], cfgs, self.gate)
         shapes = Shapes(chat, name, seed, token_text, per_prompt=req.n)
         return job, shapes, grammar is not None
 

@@ -86,11 +86,9 @@ def load_options(args):
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_prefill=args.draft_prefill,
-                       draft_attention=args.draft_attention,
-                       target_compile=args.target_compile,
-                       target_quant=args.target_quant, n_ctx=args.ctx_size,
-                       compile_buckets=compile_buckets(args.compile_buckets))
+                       draft_prefill=args.draft_prefill, draft_attention=args.draft_attention,
+                       target_compile=args.target_compile, target_quant=args.target_quant,
+                       n_ctx=args.ctx_size, compile_buckets=compile_buckets(args.compile_buckets))
 
 
 def compile_buckets(text: str | None) -> tuple[int, ...] | None:

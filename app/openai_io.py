@@ -69,8 +69,7 @@ async def guarded(call) -> Response:
 
 async def read_body(request: Request) -> bytes:
     """The body, or 413 past MAX_BODY (told by its length header, else while reading)."""
-    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes",
-                       code="request_too_large")
+    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes", code="request_too_large")
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         raise too_big
     body = bytearray()
@@ -175,12 +174,10 @@ class Knobs(Strict):
         return GenConfig(method=self.method, max_new_tokens=max_new_tokens, sampling=sampling,
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
-                         predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup,
+                         predraft=self.predraft, cache_prompt=self.cache_prompt, lookup=self.lookup,
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
-                         frequency_penalty=self.frequency_penalty,
-                         logprobs=self.logprob_count())
+                         frequency_penalty=self.frequency_penalty, logprobs=self.logprob_count())
 
 
 class ChatRequest(Knobs):

@@ -55,8 +55,7 @@ class Settings:
 def for_method(cfg: GenConfig, method: str) -> GenConfig:
     """`cfg` for `method`: the lookup setting where it applies, "auto" for the methods that
     draft with the model only or not at all (the page's comparison runs them all)."""
-    return replace(cfg, method=method,
-                   lookup=cfg.lookup if method in LOOKUP_METHODS else "auto")
+    return replace(cfg, method=method, lookup=cfg.lookup if method in LOOKUP_METHODS else "auto")
 
 
 class Trace:

@@ -56,9 +56,6 @@ class LookupBands:
             self.tried[b] += 1
             self.passed[b] += ok
 
-    def state(self) -> list[float]:
-        return list(self.alpha)
-
 
 def expected_tokens(probs: list[float]) -> tuple[float, float]:
     """(expected tokens of a round that verifies a draft with these conditional pass rates,

@@ -72,9 +72,8 @@ class Run:
     def learn(self, budget: DraftBudget, lesson: Lesson) -> None:
         """A round's lesson to the learners that own it: the draft budget, the lookup's
         bands, the first-token odds."""
-        budget.observe(lesson.trials, lesson.passed, draft_s=lesson.draft_s,
-                       draft_n=lesson.draft_n, verify_s=lesson.verify_s,
-                       verify_n=lesson.verify_n)
+        budget.observe(lesson.trials, lesson.passed, draft_s=lesson.draft_s, draft_n=lesson.draft_n,
+                       verify_s=lesson.verify_s, verify_n=lesson.verify_n)
         if lesson.band is not None:
             self.lookup.bands.observe(*lesson.band)
         if lesson.rank is not None:

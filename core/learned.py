@@ -24,7 +24,7 @@ class Learned:
     reset_draft: bool = False  # the draft failed: roll its cache back before using it again
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
     held: set = field(default_factory=set)  # methods whose drift a fresh profile did not explain
-    lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
+    lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.alpha
     drift_checks: bool = True  # off: never measured again for a drift (fixed test profiles)
 
     def budget(self, method: str, profile: Profile, overlap: bool,

@@ -116,8 +116,7 @@ class DraftWorker:
             fut: Future = Future()
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
-        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft,
-                                list(guess))
+        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft, list(guess))
         job = DraftJob(fut, stop, self, self._timeout(context))
         if self.sequential:
             job.result()

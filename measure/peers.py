@@ -154,8 +154,7 @@ class Peers:
                 out = model.generate(x, attention_mask=torch.ones_like(x), streamer=streamer,
                                      max_new_tokens=self._room(ids, cfg), eos_token_id=eos,
                                      pad_token_id=pad if pad is not None else eos[0],
-                                     **_sampling(cfg.sampling),
-                                     **extra)
+                                     **_sampling(cfg.sampling), **extra)
                 target.synchronize()
                 wall = time.perf_counter() - streamer.t0
         finally:

@@ -115,8 +115,7 @@ class Pair:
         model_dir = (converted_dir(_check_gguf(target_file), say, dtype) if kind == "gguf"
                      else target_file)
         group = 32 if kind == "gguf" else None  # GGUF blocks are 32 wide: int4 stays near-exact
-        n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, o.n_ctx, o.target_quant,
-                                          group)
+        n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, o.n_ctx, o.target_quant, group)
         quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, n_ctx,
                                                    o.target_quant, group, say)
         return TargetOptions(model_dir, device, dtype, n_ctx, o.target_compile,
@@ -276,8 +275,7 @@ class Pair:
                     ev.stats["schedule"] = OVERLAP if self.overlapped else SPS_LOOP
                 ev.stats.update(vocab=self.drafter.vocab.stats(), target_dtype=t.dtype,
                                 target_device=t.device, target_path=t.path, target_quant=t.quant,
-                                target_packed=t.packed,
-                                draft_prefill=self.prefill_choice.to_dict(),
+                                target_packed=t.packed, draft_prefill=self.prefill_choice.to_dict(),
                                 draft_attention=self.attention_choice.to_dict())
             yield ev
 
@@ -370,6 +368,3 @@ def _check_gguf(path: Path) -> Path:
     if magic != b"GGUF":
         raise PairError(f"{path} is not a GGUF model file")
     return path
-
-
-__all__ = ["Pair", "LoadOptions", "PairError", "pick_device"]

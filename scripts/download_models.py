@@ -121,8 +121,9 @@ def list_pairs(as_json: bool) -> int:
 
 def pair_row(s: PairSpec, gpu_free: int | None = None, gpu_total: int | None = None) -> dict:
     sizes = pair_sizes(s, gpu_free, gpu_total)
-    return {"name": s.name, "embedded": s.embedded, "target_repo": s.target_repo, "draft_repo": s.draft_repo,
-            "draft_file": s.draft_file, "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
+    return {"name": s.name, "embedded": s.embedded, "target_repo": s.target.get("repo"),
+            "draft_repo": s.draft.get("repo"), "draft_file": s.draft.get("file"),
+            "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
             "gated": s.gated, "download_gb": s.extra.get("download_gb"),
             "gpu_gib_bf16": s.extra.get("gpu_gib_bf16"), "quantization": s.extra.get("quantization"),
             "vram_gib": sizes["vram"], "vram_ctx": sizes["window"], "would_use": sizes["use"],

@@ -73,12 +73,8 @@ def _cells(p: dict, cols: list[str], row: dict) -> list[str]:
             for c in cols]
 
 
-def _big(fwd: dict) -> str:
-    return "llama8b" if "llama8b" in fwd.get("models", {}) else "tiny"
-
-
 def _floor(fwd: dict) -> list[str]:
-    out, model = [], _big(fwd)
+    out, model = [], "llama8b" if "llama8b" in fwd.get("models", {}) else "tiny"
     for q in ("none", "int4", "int8"):
         row = fwd.get("models", {}).get(model, {}).get(q, {})
         ms = row.get("compiled", {}).get("ms", {})

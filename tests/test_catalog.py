@@ -81,8 +81,8 @@ def test_embedded_entries_are_unchanged(user_file):
 @pytest.mark.parametrize("name", sorted(REQUIRED - {"smol-self", "gemma-smol"}))
 def test_hub_pairs_carry_every_field(user_file, name):
     p = catalog.get_pair(name)
-    assert hub.REPO_ID.match(p.target_repo) and hub.REPO_ID.match(p.draft_repo)
-    assert p.draft_file.endswith(".gguf")
+    assert hub.REPO_ID.match(p.target["repo"]) and hub.REPO_ID.match(p.draft["repo"])
+    assert p.draft["file"].endswith(".gguf")
     for key in ("quantization", "download_gb", "gpu_gib_bf16", "gated", "sources"):
         assert key in p.extra, key
     assert p.note and isinstance(p.same_tokenizer, bool)

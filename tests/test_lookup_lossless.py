@@ -157,7 +157,7 @@ def test_a_generation_s_own_passes_outweigh_the_carried_rates():
     for _ in range(12):
         bands.observe([0.96] * 3, accepted=3)  # a copy: 36 passes
     assert bands.pass_probs([0.96])[0] == pytest.approx((3.2 + 36) / (4 + 40))
-    nxt = LookupBands(bands.state())
+    nxt = LookupBands(list(bands.alpha))
     assert nxt.tried == [0] * len(carried)
     assert nxt.pass_probs([0.96])[0] == pytest.approx(bands.alpha[top])
 

@@ -47,23 +47,6 @@ class PairSpec:
     extra: dict = field(default_factory=dict)
 
     @property
-    def target_repo(self) -> str | None:
-        return self.target.get("repo")
-
-    @property
-    def draft_repo(self) -> str | None:
-        return self.draft.get("repo")
-
-    @property
-    def draft_file(self) -> str | None:
-        return self.draft.get("file")
-
-    @property
-    def infill(self) -> bool:
-        """The target has fill-in-the-middle tokens (/infill; app/infill.py reads them)."""
-        return bool(self.extra.get("infill", False))
-
-    @property
     def gated(self) -> bool:
         return bool(self.extra.get("gated", False))
 

@@ -110,8 +110,7 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
         rows = torch.cat([torch.where(empty, probs[:g], resid), probs[g:]])
     drawn = draw(rows, check.noise.seed, check.base)
     out = torch.cat([p_draft, drawn.double()]).tolist()
-    return Scores(p_draft=out[:g], recovered=[int(t) for t in out[g:2 * g]],
-                  bonus=int(out[2 * g]))
+    return Scores(p_draft=out[:g], recovered=[int(t) for t in out[g:2 * g]], bonus=int(out[2 * g]))
 
 
 def _q_rows(q_draft, like: torch.Tensor) -> torch.Tensor:

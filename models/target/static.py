@@ -40,8 +40,7 @@ class StaticTarget(TorchTarget):
                  n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
                  buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
                  quant_group: int | None = None, *, model=None):
-        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                         model=model)
+        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress, model=model)
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
         self.compiled = compile
@@ -196,9 +195,8 @@ class StaticTarget(TorchTarget):
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
         mask = span.masks(self.model, pos, keys)
-        out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
-                               attention_mask=mask, use_cache=False, duo_pos=pos,
-                               duo_keys=keys)
+        out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0), attention_mask=mask,
+                               use_cache=False, duo_pos=pos, duo_keys=keys)
         return out.last_hidden_state[0]
 
     def _capped(self, logits: torch.Tensor) -> torch.Tensor:
