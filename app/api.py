@@ -53,8 +53,7 @@ class Api:
                                 f"'{self.host.name}'", param="model", code="model_not_found")
         return self.host.name, pair
 
-    def prompt(self, pair, req, ids_of=None) -> tuple[list[list[int]], list[int],
-                                                       ToolPlan | None]:
+    def prompt(self, pair, req, ids_of=None) -> tuple[list[list[int]], list[int], ToolPlan | None]:
         """Each prompt's ids (a chat has one; a prompt list one each; `ids_of(pair)` makes
         them where given) and tokens to generate (what was asked, checked against the
         window, or else up to the window), and a chat's tool plan."""

@@ -210,8 +210,7 @@ class App:
         return "stopping …"
 
     # -- compare --------------------------------------------------------------------------
-    def compare(self, request: gr.Request, message, history, pair_name, raw, system,
-                *settings):
+    def compare(self, request: gr.Request, message, history, pair_name, raw, system, *settings):
         t0, session = time.monotonic(), _session(request)
         message, history = (message or "").strip(), clean_history(history)
         if not has_text(message):  # the last question of the chat, with the turns before it

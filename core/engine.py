@@ -40,8 +40,7 @@ class Run:
 
     def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
                  decode: Callable[[list[int]], str], learned: Learned | None = None,
-                 grammar: Grammar | None = None,
-                 lookup_memory: SuffixMemory | None = None):
+                 grammar: Grammar | None = None, lookup_memory: SuffixMemory | None = None):
         cfg.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -131,9 +130,8 @@ class Run:
 
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
-             stop: Callable[[], bool] | None = None,
-             learned: Learned | None = None, grammar: Grammar | None = None,
-             lookup_memory: SuffixMemory | None = None,
+             stop: Callable[[], bool] | None = None, learned: Learned | None = None,
+             grammar: Grammar | None = None, lookup_memory: SuffixMemory | None = None,
              shared_cores: bool = False) -> Iterator[Event]:
     """Yield Events as tokens are verified; the last one has done=True and the stats. `stop()`
     turning true ends the generation after the event just yielded (reason 'stopped'), still with the

@@ -122,8 +122,7 @@ class DraftWorker:
             job.result()
         return job
 
-    def inline(self, context: list[int], n: int,
-               branching: Branching | None = None) -> Drafted:
+    def inline(self, context: list[int], n: int, branching: Branching | None = None) -> Drafted:
         """Draft on the caller's thread, no hand-off. Past the timeout the watchdog sets the
         job's stop, so the draft ends at its next token; that late answer is a failure like
         a hung job's (a draft stuck inside one call holds the caller until it returns)."""

@@ -167,8 +167,7 @@ class EmulatedTarget:
     def n_cached(self) -> int:
         return len(self.cached_ids)
 
-    def score(self, tokens: list[int], n_rows: int, sampling, check=None,
-              adjust=None) -> Scores:
+    def score(self, tokens: list[int], n_rows: int, sampling, check=None, adjust=None) -> Scores:
         if not sampling.greedy or check is not None or adjust:
             raise Refused("the emulated target verifies greedy only (no sampling, "
                           "response_format, logprobs, logit_bias or penalties)")

@@ -75,8 +75,7 @@ def pick_prefill(drafter, path: Path, mode: str, cores: int, timed, progress=Non
                                       f"{speedup:.2f}x as fast here")
 
 
-def choose_prefill(drafter, path: Path, mode: str, cores: int, remeasure: bool = False,
-                   say=None):
+def choose_prefill(drafter, path: Path, mode: str, cores: int, remeasure: bool = False, say=None):
     """The loader's choice: pick_prefill on the timing kept in draft_prefill.json (per
     machine, draft as run, core count)."""
     from models.fit.profiler import measured

@@ -42,10 +42,9 @@ class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
     graph_threads: int = 0  # a compiled CPU target's count (its graphs are guarded on it)
 
-    def __init__(self, model_dir: str | Path, device: str | None = None,
-                 n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None, *, model=None,
-                 pack: bool = False):
+    def __init__(self, model_dir: str | Path, device: str | None = None, n_ctx: int | None = None,
+                 dtype: str = "auto", quant: str = "none", quant_group: int | None = None,
+                 progress=None, *, model=None, pack: bool = False):
         """`model`: an already built causal LM (random weights of a real shape, say) used
         instead of loading `model_dir`, which then only names it; `quant` still applies.
         `pack`: the linear layers on packed weights where that pays (models/target/packed.py)."""

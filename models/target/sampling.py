@@ -11,9 +11,8 @@ from core.logprobs import Logprobs, draft_of
 from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
 
 
-def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
-                  check: SampleCheck | None = None, adjust: Adjustments | None = None,
-                  tokens: list[int] = ()) -> Scores:
+def device_scores(logits: torch.Tensor, sampling: SamplingConfig, check: SampleCheck | None = None,
+                  adjust: Adjustments | None = None, tokens: list[int] = ()) -> Scores:
     """tests/reference.reference_scores on the device: the rows adjusted, then greedy: their argmax
     (n_rows integers); coupled sampling: each row's draw; rejection sampling: p_target of the
     draft tokens, residual and bonus draws; the raw rows' logprobs when asked (`tokens`: what
@@ -79,8 +78,7 @@ def _bit_table(device) -> torch.Tensor:
     return _TABLES[key]
 
 
-def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
-                    k: int) -> Logprobs:
+def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int], k: int) -> Logprobs:
     """tests/reference.reference_logprobs on the device: one download of the picked values."""
     lsm = torch.log_softmax(logits.float(), dim=-1)
     dev, n = lsm.device, lsm.shape[0]
@@ -91,8 +89,7 @@ def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
     return Logprobs(draft=chosen[0][:len(draft)], own=chosen[1], top_ids=top_ids, top=top)
 
 
-def _scores(logits: torch.Tensor, sampling: SamplingConfig,
-            check: SampleCheck | None) -> Scores:
+def _scores(logits: torch.Tensor, sampling: SamplingConfig, check: SampleCheck | None) -> Scores:
     """Greedy: the rows' argmax; coupled: each row's draw; rejection: sampled_scores."""
     if sampling.greedy:
         return Scores(choice=logits.argmax(dim=-1).tolist())

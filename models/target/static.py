@@ -36,10 +36,9 @@ _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed ye
 class StaticTarget(TorchTarget):
     """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one."""
 
-    def __init__(self, model_dir: str | Path, device: str | None = None,
-                 n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
-                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None):
+    def __init__(self, model_dir: str | Path, device: str | None = None, n_ctx: int | None = None,
+                 dtype: str = "auto", compile: bool = True, buckets: tuple[int, ...] | None = None,
+                 progress=None, quant: str = "none", quant_group: int | None = None, *, model=None):
         super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress, model=model)
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
