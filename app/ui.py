@@ -91,9 +91,7 @@ class App:
         if h.state == "ready":
             err = h.errors and f" · last problem: {list(h.errors.values())[-1]}" or ""
             return f"**Ready** · `{h.name}` loaded in {h.load_s:.1f} s{err}"
-        if h.state == "error":
-            return f"**No pair loaded**: {h.progress()}"
-        return "…"
+        return f"**No pair loaded**: {h.progress()}" if h.state == "error" else "…"
 
     def placement(self) -> str:
         h = self.host

@@ -111,9 +111,7 @@ def jsonable(obj):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        return obj.item()
-    return obj
+    return obj.item() if hasattr(obj, "item") and callable(obj.item) else obj
 
 
 def live_panel(trace: Trace, method: str) -> str:
