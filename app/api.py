@@ -53,8 +53,7 @@ class Api:
                                 f"'{self.host.name}'", param="model", code="model_not_found")
         return self.host.name, pair
 
-    def prompt(self, pair, req, ids_of=None) -> tuple[list[list[int]], list[int],
-                                                       ToolPlan | None]:
+    def prompt(self, pair, req, ids_of=None) -> tuple[list[list[int]], list[int], ToolPlan | None]:
         """Each prompt's ids (a chat has one; a prompt list one each; `ids_of(pair)` makes
         them where given) and tokens to generate (what was asked, checked against the
         window, or else up to the window), and a chat's tool plan."""
@@ -116,14 +115,13 @@ class Api:
             if cfgs[0].response_format is not None:  # a bad schema: 400 before generating
                 await run_in_threadpool(pair.check_format, cfgs[0].response_format)
         except ValueError as e:
-            raise ApiError(400, str(e), param=_param_of(e)) from None
+            raise ApiError(400, str(e), param=_param_of(e), code="invalid_value") from None
         if not self.gate.enter():
             raise ApiError(429, f"the server is busy ({self.gate.limit} requests waiting or "
                                 "running); try again shortly", type="rate_limit_error",
                            code="queue_full")
         token_text = pair.token_text if cfgs[0].logprobs is not None else None
-        job = Job(self.host, name, [ids for ids in prompts for _ in range(req.n)], cfgs,
-                  self.gate)
+        job = Job(self.host, name, [ids for ids in prompts for _ in range(req.n)], cfgs, self.gate)
         shapes = Shapes(chat, name, seed, token_text, per_prompt=req.n)
         return job, shapes, grammar is not None
 
@@ -141,15 +139,12 @@ class Api:
                         return None
                     looked = time.monotonic()
                 if item is None:
-                    if tools:
-                        _take_calls(answers)
+                    for a in answers if tools else ():
+                        a.text, a.tool_calls = split_calls(a.text)
+                        a.text = a.text.strip() if a.tool_calls else a.text
                     return answers
                 if item:
-                    i, ev = item
-                    answers[i].text += ev.text
-                    answers[i].tokens += ev.tokens
-                    answers[i].stats = ev.stats or answers[i].stats
-                    answers[i].logprobs += ev.logprobs or []
+                    answers[item[0]].add(item[1])
         finally:
             job.cancel.set()
 
@@ -173,8 +168,7 @@ class Api:
                 yield sse(shapes.usage_chunk(answers))
             yield sse("[DONE]")
         except ApiError as e:
-            yield sse({"error": {"message": e.message, "type": e.type, "param": e.param,
-                                 "code": e.code}})
+            yield sse(e.body())
         finally:
             job.cancel.set()
 
@@ -182,13 +176,8 @@ class Api:
 def _param_of(e: ValueError) -> str | None:
     """The field a GenConfig or grammar error names, when it starts with one."""
     head = str(e).split(":", 1)[0]
-    return head if head in ("response_format", "logit_bias", "logprobs", "tools") else None
-
-
-def _take_calls(answers: list[Answer]) -> None:
-    for a in answers:
-        a.text, a.tool_calls = split_calls(a.text)
-        a.text = a.text.strip() if a.tool_calls else a.text
+    return head if head in ("response_format", "logit_bias", "logprobs", "tools", "lookup") \
+        else None
 
 
 def _pieces(shapes: Shapes, i: int, ev, answer: Answer, held: ToolStream | None):

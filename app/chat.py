@@ -16,9 +16,7 @@ def text_of(content) -> str:
         return content
     if isinstance(content, dict):
         return content.get("text", "") if content.get("type", "text") == "text" else ""
-    if isinstance(content, (list, tuple)):
-        return "".join(text_of(c) for c in content)
-    return ""
+    return "".join(text_of(c) for c in content) if isinstance(content, (list, tuple)) else ""
 
 
 def clean_history(history) -> list[dict]:
@@ -87,10 +85,6 @@ def meter_line(used: int | None, window: int | None, problem: str = "") -> str:
     return f"context: {used} of {window} tokens ({100 * used / window:.0f}%)"
 
 
-def export_json(messages: list[dict], meta: dict) -> str:
-    return json.dumps({**meta, "messages": messages}, indent=2, ensure_ascii=False)
-
-
 def export_markdown(messages: list[dict], meta: dict) -> str:
     head = [f"# Chat with `{meta.get('pair', '?')}`", ""]
     head += [f"- {k}: `{v}`" for k, v in (meta.get("settings") or {}).items()]
@@ -103,6 +97,7 @@ def write_exports(folder: Path, messages: list[dict], meta: dict,
     """chat-YYYYmmdd-HHMMSS.json and .md in `folder`; returns their paths."""
     stem = time.strftime("chat-%Y%m%d-%H%M%S", time.localtime(now))
     paths = folder / f"{stem}.json", folder / f"{stem}.md"
-    paths[0].write_text(export_json(messages, meta), encoding="utf-8")
+    paths[0].write_text(json.dumps({**meta, "messages": messages}, indent=2, ensure_ascii=False),
+                        encoding="utf-8")
     paths[1].write_text(export_markdown(messages, meta), encoding="utf-8")
     return paths

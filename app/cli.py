@@ -9,7 +9,7 @@ import os
 import sys
 
 from core.config import LOOKUP_CHOICES
-from core.engine import METHODS, GenConfig
+from core.engine import GenConfig
 from core.sampling import SAMPLERS, SamplingConfig
 from models.target.choice import check_ctx_size
 from models.target.modes import COMPILE_CHOICES, QUANT_CHOICES
@@ -86,25 +86,25 @@ def load_options(args):
     from models.loader import LoadOptions
 
     return LoadOptions(device=args.device, remeasure=args.remeasure, dtype=args.target_dtype,
-                       draft_prefill=args.draft_prefill,
-                       draft_attention=args.draft_attention,
-                       target_compile=args.target_compile,
-                       target_quant=args.target_quant, n_ctx=args.ctx_size,
-                       compile_buckets=compile_buckets(args.compile_buckets))
+                       draft_prefill=args.draft_prefill, draft_attention=args.draft_attention,
+                       target_compile=args.target_compile, target_quant=args.target_quant,
+                       n_ctx=args.ctx_size, compile_buckets=compile_buckets(args.compile_buckets))
 
 
 def compile_buckets(text: str | None) -> tuple[int, ...] | None:
     """--compile-buckets "1,8,32" as (1, 8, 32); None stays None (the default sizes)."""
-    if text is None:
-        return None
+    return None if text is None else tuple(sorted(set(numbers(text, "--compile-buckets", 1))))
+
+
+def numbers(text: str, flag: str, least: int = 0) -> list[int]:
+    """A comma list of positive whole numbers ("1,8,32"), at least `least` of them."""
     try:
-        sizes = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        sizes = ()
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"--compile-buckets must be positive numbers separated by commas, "
-                         f"got '{text}'")
-    return sizes
+        values = [0]
+    if len(values) < least or any(n < 1 for n in values):
+        raise ValueError(f"{flag} must be positive numbers separated by commas, got '{text}'")
+    return values
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:

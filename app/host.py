@@ -108,7 +108,7 @@ class ModelHost:
     def __init__(self, factory: PairFactory):
         self.factory = factory
         self.owner = Owner()  # loads, generations and closes all run on this one thread
-        self._pair: OwnedPair | None = None
+        self.pair: OwnedPair | None = None
         self.name: str | None = None
         self.state = "idle"
         self.loading: str | None = None
@@ -118,18 +118,9 @@ class ModelHost:
         self._guard = threading.Lock()  # state changes
         self._run = FairLock()  # one generation or load at a time, first come first served
 
-    @property
-    def pair(self) -> OwnedPair | None:
-        return self._pair
-
-    @pair.setter
-    def pair(self, pair) -> None:
-        self._pair = pair if pair is None or isinstance(pair, OwnedPair) \
-            else OwnedPair(pair, self.owner)
-
-    def _made(self, name: str):
+    def _made(self, name: str) -> OwnedPair:
         """The factory's pair for `name`, loaded (and warmed up) on the owner thread."""
-        return self.owner.call(self.factory, name, self._say)
+        return OwnedPair(self.owner.call(self.factory, name, self._say), self.owner)
 
     # -- loading ------------------------------------------------------------------------
     def start_loading(self, name: str) -> bool:

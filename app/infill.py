@@ -47,6 +47,4 @@ def infill_ids(pair, prefix: str, suffix: str, prompt: str = "",
 
 def text_ids(pair, text: str, suffix: str | None) -> list[int]:
     """A /v1/completions prompt's ids: the text as it is, or with `suffix` a FIM prompt."""
-    if suffix is None:
-        return pair.prompt_ids(text, raw=True)
-    return infill_ids(pair, text, suffix)
+    return pair.prompt_ids(text, raw=True) if suffix is None else infill_ids(pair, text, suffix)

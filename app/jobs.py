@@ -34,8 +34,7 @@ class Gate:
 
 class Job:
     """A request's generations (one per choice, in order) in a worker thread; its events
-    arrive as (choice index, event), then None. `ids`: one prompt for every choice, or a list
-    of prompts, one per choice (a /v1/completions prompt list)."""
+    arrive as (choice index, event), then None. `ids`: each choice's prompt."""
 
     def __init__(self, host, name: str, ids: list, cfgs: list, gate: Gate):
         self.host, self.name, self.ids, self.cfgs, self.gate = host, name, ids, cfgs, gate
@@ -53,8 +52,7 @@ class Job:
                 for i, cfg in enumerate(self.cfgs):
                     if self.cancel.is_set():  # the client left (maybe while waiting its turn)
                         return
-                    ids = self.ids[i] if self.ids and isinstance(self.ids[0], list) else self.ids
-                    with closing(pair.generate(ids, cfg, stop=self.cancel.is_set)) as evs:
+                    with closing(pair.generate(self.ids[i], cfg, stop=self.cancel.is_set)) as evs:
                         for ev in evs:
                             self._put((i, ev))
         except Exception as e:  # noqa: BLE001 - handed to the request, which reports it

@@ -198,16 +198,13 @@ class Native:
         try:
             while (item := await job.next()) is not None:
                 i, ev = item
-                answers[i].text += ev.text
-                answers[i].tokens += ev.tokens
+                answers[i].add(ev)
                 if ev.text or ev.tokens:
                     yield sse({"index": i, "content": ev.text, "tokens": ev.tokens,
                                "stop": False, "id_slot": 0})
                 if ev.stats is not None:
-                    answers[i].stats = ev.stats
                     yield sse({**self.body(i, answers[i]), "content": ""})
         except ApiError as e:
-            yield sse({"error": {"message": e.message, "type": e.type, "param": e.param,
-                                 "code": e.code}})
+            yield sse(e.body())
         finally:
             job.cancel.set()

@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.openai_messages import Message, NamedToolChoice, Strict, Tool  # noqa: F401 - Strict
-from core.config import METHOD
 from core.engine import GenConfig
 from core.sampling import SamplingConfig
 
@@ -52,10 +51,12 @@ class ApiError(Exception):
         self.status, self.message, self.type, self.param, self.code = (
             status, message, type, param, code)
 
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
     def response(self) -> JSONResponse:
-        body = {"message": self.message, "type": self.type, "param": self.param,
-                "code": self.code}
-        return JSONResponse({"error": body}, status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 async def guarded(call) -> Response:
@@ -68,8 +69,7 @@ async def guarded(call) -> Response:
 
 async def read_body(request: Request) -> bytes:
     """The body, or 413 past MAX_BODY (told by its length header, else while reading)."""
-    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes",
-                       code="request_too_large")
+    too_big = ApiError(413, f"the request body is over {MAX_BODY} bytes", code="request_too_large")
     if int(request.headers.get("content-length") or 0) > MAX_BODY:
         raise too_big
     body = bytearray()
@@ -110,10 +110,9 @@ class ResponseFormat(Strict):
 
 
 class Knobs(Strict):
-    """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma,
-    multi_seq, theta_scale, predraft, cache_prompt) and llama-server's n_predict. Unknown
-    fields are ignored, as OpenAI-style servers do (those that change the output: see
-    NOT_YET)."""
+    """What both endpoints take: OpenAI's sampling fields plus our own (method, gamma, multi_seq,
+    theta_scale, predraft, cache_prompt) and llama-server's n_predict. Unknown fields are ignored,
+    as OpenAI-style servers do (those that change the output: see NOT_YET)."""
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -142,16 +141,6 @@ class Knobs(Strict):
         """Alternatives per token to report; None: no logprobs (each endpoint says)."""
         return None
 
-    def lookup_for_method(self) -> str:
-        """`lookup`, refused by name where the method cannot honour it."""
-        does = METHOD[self.method]
-        if (self.lookup == "on" and not does.looks_up
-                or does.looks_up and not does.drafts and self.lookup == "off"):
-            raise ApiError(400, f"lookup: '{self.lookup}' does not go with method "
-                                f"'{self.method}' (lookup drafts: duo and lookup; lookup "
-                                "needs them)", param="lookup", code="invalid_value")
-        return self.lookup
-
     def token_bias(self) -> dict[int, float]:
         out = {}
         for key, value in (self.logit_bias or {}).items():
@@ -178,21 +167,17 @@ class Knobs(Strict):
 
     def base_seed(self) -> int:
         """The seed asked for, or a fresh random one (returned to the client)."""
-        if self.seed is None or self.seed == -1:
-            return secrets.randbelow(2**32)
-        return self.seed
+        return secrets.randbelow(2**32) if self.seed is None or self.seed == -1 else self.seed
 
     def gen_config(self, max_new_tokens: int, seed: int) -> GenConfig:
         sampling = SamplingConfig(self.temperature, self.top_k, self.top_p)
         return GenConfig(method=self.method, max_new_tokens=max_new_tokens, sampling=sampling,
                          seed=seed % SEED_LIMIT, gamma=self.gamma, stop_strings=self.stops(),
                          multi_seq=self.multi_seq, theta_scale=self.theta_scale,
-                         predraft=self.predraft, cache_prompt=self.cache_prompt,
-                         lookup=self.lookup_for_method(),
+                         predraft=self.predraft, cache_prompt=self.cache_prompt, lookup=self.lookup,
                          response_format=self.response_format and self.response_format.spec(),
                          logit_bias=self.token_bias(), presence_penalty=self.presence_penalty,
-                         frequency_penalty=self.frequency_penalty,
-                         logprobs=self.logprob_count())
+                         frequency_penalty=self.frequency_penalty, logprobs=self.logprob_count())
 
 
 class ChatRequest(Knobs):

@@ -20,6 +20,13 @@ class Answer:
     logprobs: list = field(default_factory=list)  # core.logprobs.TokenLogprob, when asked
     tokens: list[int] = field(default_factory=list)  # the ids generated (llama-server's)
 
+    def add(self, ev) -> None:
+        """One event of this choice: its text, ids, logprobs and (the last) the stats."""
+        self.text += ev.text
+        self.tokens += ev.tokens
+        self.stats = ev.stats or self.stats
+        self.logprobs += ev.logprobs or []
+
     @property
     def finish(self) -> str:
         return "tool_calls" if self.tool_calls else FINISH.get(self.stats.get("stop_reason"),

@@ -80,16 +80,14 @@ def _controls(app) -> dict:
         c["raw"] = gr.Checkbox(value=not _chat_pair(app.default_pair),
                                label="raw completion (no chat template, no history)")
         c["system"] = gr.Textbox(label="system prompt (sent first; not in raw mode)", lines=2,
-                                 placeholder="e.g. You are a concise assistant.",
-                                 elem_id="system")
+                                 placeholder="e.g. You are a concise assistant.", elem_id="system")
         c["max_new"] = gr.Slider(1, 1024, value=128, step=1, label="max new tokens",
                                  elem_id="max-new")
         c["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)",
                                   elem_id="temperature")
         c["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
         c["top_k"] = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
-        c["seed"] = gr.Number(value=-1, precision=0, label="seed (-1 = random)",
-                              elem_id="seed")
+        c["seed"] = gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed")
         with gr.Row():
             c["gamma_mode"] = gr.Radio(["auto", "fixed"], value="auto", label="gamma")
             c["gamma"] = gr.Slider(1, 32, value=5, step=1, label="fixed gamma")

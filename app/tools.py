@@ -20,9 +20,8 @@ PROBE = {"type": "function", "function": {"name": "probe_tool_7f3a", "descriptio
 
 
 def template_style(tokenizer) -> str:
-    """"hermes" if the chat template renders tools and asks for `<tool_call>` answers, "own"
-    if it has no tool syntax (or another one: our prompt is used then), "none" without a
-    template."""
+    """"hermes" if the chat template renders tools and asks for `<tool_call>` answers, "own" if it
+    has no tool syntax (or another one: our prompt is used then), "none" without a template."""
     if not getattr(tokenizer, "chat_template", None):
         return "none"
     try:

@@ -47,12 +47,6 @@ def _session(request) -> str:
     return getattr(request, "session_hash", None) or "local"
 
 
-def _compare_prompt(message, history) -> tuple[str, list[dict]]:
-    """The typed prompt, or else the last question of the chat (with the turns before it)."""
-    message = (message or "").strip()
-    return (message, history) if has_text(message) else last_question(history)
-
-
 def _out(**values) -> tuple:
     """One update of OUTPUTS by name; the others are left as they are."""
     return tuple(values.get(k, gr.skip()) for k in OUTPUTS)
@@ -97,9 +91,7 @@ class App:
         if h.state == "ready":
             err = h.errors and f" · last problem: {list(h.errors.values())[-1]}" or ""
             return f"**Ready** · `{h.name}` loaded in {h.load_s:.1f} s{err}"
-        if h.state == "error":
-            return f"**No pair loaded**: {h.progress()}"
-        return "…"
+        return f"**No pair loaded**: {h.progress()}" if h.state == "error" else "…"
 
     def placement(self) -> str:
         h = self.host
@@ -216,10 +208,11 @@ class App:
         return "stopping …"
 
     # -- compare --------------------------------------------------------------------------
-    def compare(self, request: gr.Request, message, history, pair_name, raw, system,
-                *settings):
+    def compare(self, request: gr.Request, message, history, pair_name, raw, system, *settings):
         t0, session = time.monotonic(), _session(request)
-        message, history = _compare_prompt(message, clean_history(history))
+        message, history = (message or "").strip(), clean_history(history)
+        if not has_text(message):  # the last question of the chat, with the turns before it
+            message, history = last_question(history)
         results = {m: {} for m in COMPARE}
         if not message:
             yield "Type a prompt (or chat first) to compare.", "", "", ""

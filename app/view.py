@@ -55,8 +55,7 @@ class Settings:
 def for_method(cfg: GenConfig, method: str) -> GenConfig:
     """`cfg` for `method`: the lookup setting where it applies, "auto" for the methods that
     draft with the model only or not at all (the page's comparison runs them all)."""
-    return replace(cfg, method=method,
-                   lookup=cfg.lookup if method in LOOKUP_METHODS else "auto")
+    return replace(cfg, method=method, lookup=cfg.lookup if method in LOOKUP_METHODS else "auto")
 
 
 class Trace:
@@ -112,9 +111,7 @@ def jsonable(obj):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        return obj.item()
-    return obj
+    return obj.item() if hasattr(obj, "item") and callable(obj.item) else obj
 
 
 def live_panel(trace: Trace, method: str) -> str:
@@ -142,11 +139,6 @@ def gamma_line(stats: dict) -> str:
     used = ", ".join(f"γ={g}: {n}" for g, n in (stats.get("gammas_used") or {}).items())
     mode = "fixed" if prof.get("fixed") else "auto"
     return f"**{prof.get('gamma')}** ({mode}; rounds {used or '—'})"
-
-
-def gamma_reason(stats: dict) -> str:
-    """Why the budget chose that gamma, with its measured figures (behind a click)."""
-    return (stats.get("gamma_profile") or {}).get("reason", "")
 
 
 def seqs_line(stats: dict) -> str:
@@ -182,7 +174,7 @@ def final_panel(stats: dict, seed: int | None = None) -> str:
     if seed is not None:
         rows.append(("seed", str(seed)))
     body = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    why = gamma_reason(stats) if drafting else ""
+    why = (stats.get("gamma_profile") or {}).get("reason", "") if drafting else ""
     return (f"**final · {stats.get('method', '')}**\n\n| metric | value |\n|---|---|\n{body}"
             + (details("why this gamma", why) if why else ""))
 

@@ -28,7 +28,7 @@ class IdentityVocab:
 
     def __init__(self, draft_size: int, target_size: int):
         self.draft_size, self.target_size = draft_size, target_size
-        self._mask = None if draft_size <= target_size else _first(draft_size, target_size)
+        self._mask = None if draft_size <= target_size else np.arange(draft_size) < target_size
 
     def draft_mask(self, greedy: bool) -> np.ndarray | None:
         return self._mask
@@ -57,12 +57,6 @@ class IdentityVocab:
 
     def uncounted(self):
         return nullcontext()
-
-
-def _first(size: int, n: int) -> np.ndarray:
-    mask = np.zeros(size, dtype=bool)
-    mask[:n] = True
-    return mask
 
 
 @dataclass
@@ -162,7 +156,7 @@ class MappedVocab:
     def to_draft(self, target_ids: list[int]) -> list[int]:
         """The draft's context for a target context (the same in both modes)."""
         lcp = common_prefix(self._ctx, target_ids)
-        k = max(0, _count_below(self._cuts, lcp) - 1)  # chunks before k are kept
+        k = max(0, bisect_left(self._cuts, lcp) - 1)  # chunks before k are kept
         start = self._dpos[k]
         old_tail = self._draft[start:]
         del self._cuts[k + 1:], self._dpos[k + 1:], self._draft[start:]
@@ -332,7 +326,7 @@ class MappedVocab:
         for t, size in self._target_ids(b"".join(pieces[d] for d in run), final):
             pos += size
             out.append(t)
-            used.append(start + _count_below(ends, pos + 1))
+            used.append(start + bisect_left(ends, pos + 1))  # the draft ids that spell it
 
     def _target_ids(self, data: bytes, final: bool) -> list[tuple[int, int]]:
         """(target id, byte length) for bytes, stray bytes as byte-fallback ids; the start
@@ -450,11 +444,6 @@ def _drop_unfinished(part: str) -> str:
 def _capped(out: list[int], used: list[int], n: int) -> tuple[list[int], list[int]]:
     """No more target tokens than draft tokens: the engine sized the room in tokens."""
     return out[:n], used[:n + 1]
-
-
-def _count_below(sorted_vals: list[int], limit: int) -> int:
-    """How many of the sorted values are < limit."""
-    return bisect_left(sorted_vals, limit)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -15,9 +15,8 @@ from core.sampling import Noise, SamplingConfig
 
 class QRows:
     """q_draft rows of a draft that holds lookup tokens: a lookup token's row is one-hot on it
-    (stored as the token id: no vocabulary-wide row is made), a model token's row is dense.
-    Indexed like the dense array: q[i, tok], q[i] (a row: an array, or the one-hot token),
-    q[a:b]."""
+    (stored as the token id: no vocabulary-wide row is made), a model token's row is dense. Indexed
+    like the dense array: q[i, tok], q[i] (a row: an array, or the one-hot token), q[a:b]."""
 
     def __init__(self, rows: list):
         self.rows = rows
@@ -46,12 +45,6 @@ def _one_hot(row) -> bool:
     return isinstance(row, (int, np.integer))
 
 
-def q_rows(q_draft) -> list:
-    """The rows of a dense array or a QRows, as a list (one-hot rows stay token ids)."""
-    return [] if q_draft is None else list(q_draft.rows if isinstance(q_draft, QRows)
-                                           else q_draft)
-
-
 @dataclass
 class Draft:
     """Draft tokens (target ids) proposed after some context, with their q_draft rows: what the
@@ -70,19 +63,11 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def tail(self, start: int) -> "Draft":
-        q = None if self.q_draft is None else self.q_draft[start:]
-        ranked = None if self.ranked is None else self.ranked[start:]
-        origins = None if self.origins is None else self.origins[start:]
-        conf = None if self.conf is None else self.conf[start:]
-        return Draft(self.tokens[start:], q, ranked, origins, conf, self.lookup_source)
-
-    def head(self, n: int) -> "Draft":
-        q = None if self.q_draft is None else self.q_draft[:n]
-        ranked = None if self.ranked is None else self.ranked[:n]
-        origins = None if self.origins is None else self.origins[:n]
-        conf = None if self.conf is None else self.conf[:n]
-        return Draft(self.tokens[:n], q, ranked, origins, conf, self.lookup_source)
+    def __getitem__(self, part: slice) -> "Draft":
+        """The tokens of slice `part`, with their q rows, ranks, origins and confidences."""
+        q, ranked, origins, conf = (None if x is None else x[part] for x in
+                                    (self.q_draft, self.ranked, self.origins, self.conf))
+        return Draft(self.tokens[part], q, ranked, origins, conf, self.lookup_source)
 
     def sources(self) -> list[str]:
         return self.origins if self.origins is not None else ["draft"] * len(self.tokens)
@@ -97,7 +82,8 @@ class Draft:
 
     def plus(self, found, sampled: bool) -> "Draft":
         """This draft followed by a `Lookup`'s tokens (one-hot q rows when sampling)."""
-        q = QRows(q_rows(self.q_draft) + [int(t) for t in found.tokens]) if sampled else None
+        rows = self.q_draft.rows if isinstance(self.q_draft, QRows) else self.q_draft
+        q = QRows([*(() if rows is None else rows), *map(int, found.tokens)]) if sampled else None
         return Draft(self.tokens + list(found.tokens), q, self.ranked,
                      self.sources() + ["lookup"] * len(found),
                      (self.conf or [0.0] * len(self)) + list(found.conf), found.source)
@@ -148,7 +134,7 @@ class Proposal:
         branch = self.branch_for(committed[0]) if committed else None
         if branch is None or branch.tokens[:len(committed)] != list(committed):
             return None
-        return branch.tail(len(committed))
+        return branch[len(committed):]
 
     def predraft_for(self, accepted: int, token: int) -> Draft | None:
         """The draft to verify next when `accepted` tokens passed and the target put `token`
@@ -183,6 +169,15 @@ class Scores:
     recovered: list[int] | None = None
     bonus: int | None = None
     logprobs: Logprobs | None = None  # only when the Adjustments asked for them
+
+
+def check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:
+    """What Target.score takes: 1..len(tokens) rows of a chunk that fits the window."""
+    if not tokens or not 1 <= n_rows <= len(tokens):
+        raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
+    if n_cached + len(tokens) > n_ctx:
+        raise ValueError(f"the context window is full: {n_cached} + {len(tokens)} tokens "
+                         f"> {n_ctx}")
 
 
 class TargetOutOfMemory(RuntimeError):

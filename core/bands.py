@@ -1,6 +1,5 @@
 """The suffix index's pass rates per source and confidence band, learned apart from the model
-draft's acceptance (core/budget.py), and what a draft with given pass rates is expected to
-yield."""
+draft's acceptance (core/budget.py), and what a draft with given pass rates is expected to yield."""
 from __future__ import annotations
 
 import bisect
@@ -16,14 +15,13 @@ LOCAL_WEIGHT = 4.0  # the carried rate, as tokens of this generation's own (Look
 
 class LookupBands:
     """The suffix index's pass rate per source and confidence band (a token's `Lookup.conf`),
-    learned apart from the model draft's alpha: P(token passes | the tokens before it
-    passed). The generation's own context and the memory of earlier requests have bands of
-    their own: a long match in another request's text is weaker evidence than one in this
-    text. The rates carried between generations (`alpha`, an ema; the context's bands, then
-    the memory's) are a prior of LOCAL_WEIGHT tokens that this generation's own passes and
-    failures per band outweigh as they come: a text that copies little (a math answer) stops
-    paying for lookups after a few misses, one that copies much (a code edit) earns longer
-    ones, whatever the texts before it taught."""
+    learned apart from the model draft's alpha: P(token passes | the tokens before it passed). The
+    generation's own context and the memory of earlier requests have bands of their own: a long
+    match in another request's text is weaker evidence than one in this text. The rates carried
+    between generations (`alpha`, an ema; the context's bands, then the memory's) are a prior of
+    LOCAL_WEIGHT tokens that this generation's own passes and failures per band outweigh as they
+    come: a text that copies little (a math answer) stops paying for lookups after a few misses, one
+    that copies much (a code edit) earns longer ones, whatever the texts before it taught."""
 
     def __init__(self, alpha: list[float] | None = None, ema: float = 0.1):
         self.alpha = list(alpha) if alpha else list(BAND_PRIOR + MEMORY_PRIOR)
@@ -57,9 +55,6 @@ class LookupBands:
             self.alpha[b] += self.ema * (float(ok) - self.alpha[b])
             self.tried[b] += 1
             self.passed[b] += ok
-
-    def state(self) -> list[float]:
-        return list(self.alpha)
 
 
 def expected_tokens(probs: list[float]) -> tuple[float, float]:

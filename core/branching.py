@@ -79,9 +79,7 @@ class BranchPolicy:
 
     def steps(self, n: int, k: int) -> int:
         """Tokens per sequence when k sequences share the time of n single-sequence steps."""
-        if k <= 1:
-            return n
-        return max(2, min(n, int(round(n / step_ratio(self.step_s, k)))))
+        return n if k <= 1 else max(2, min(n, int(round(n / step_ratio(self.step_s, k)))))
 
     def fits(self, n: int, k: int) -> bool:
         """Whether k sequences of at least 2 tokens fit the time of n single steps."""

@@ -9,7 +9,7 @@ For `sps` the two run one after the other.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 # the longest verify the budget plans: a chunk and the target's own token fill the largest
 # compiled bucket (models/target/static.py), past which a forward leaves its graphs (a
@@ -31,9 +31,7 @@ class Profile:
         return _curve(self.verify_s, n)
 
     def to_dict(self) -> dict:
-        return {"draft_token_s": self.draft_token_s, "verify_s": self.verify_s,
-                "draft_step_s": self.draft_step_s, "device": self.device,
-                "load": self.load}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
@@ -186,8 +184,8 @@ class DraftBudget:
                 verify_s: float = 0.0, verify_n: int = 0) -> int:
         """Feed one round's outcome and times; returns the gamma for the next round."""
         self.since_probe = 0 if self.gamma else self.since_probe + 1  # this round's gamma
-        if drafted:
-            self.learn_alpha(drafted, accepted)
+        if drafted:  # per-token pass rate: the passes, plus one failure if any was rejected
+            self.alpha += self.ema * (accepted / (accepted + (accepted < drafted)) - self.alpha)
         if draft_n and draft_s > 0:
             ratio = draft_s / (draft_n * self.profile.draft_token_s)
             self.draft_scale += self.ema * (ratio - self.draft_scale)
@@ -200,11 +198,6 @@ class DraftBudget:
         if not self.fixed:
             self.gamma = self._choose()
         return self.gamma
-
-    def learn_alpha(self, drafted: int, accepted: int) -> None:
-        """Per-token pass rate: `accepted` passes, plus one failure if any was rejected."""
-        trials = accepted + (accepted < drafted)
-        self.alpha += self.ema * (accepted / trials - self.alpha)
 
     # -- carried across generations (core/learned.py) --------------------------------------
     def state(self) -> dict:

@@ -81,10 +81,10 @@ class GenConfig:
             raise ValueError(f"unknown lookup '{self.lookup}'; known: {', '.join(LOOKUP_CHOICES)}")
         does = METHOD[self.method]
         if does.looks_up and not does.drafts and self.lookup == "off":
-            raise ValueError(f"lookup 'off' leaves method '{self.method}' nothing to draft with")
+            raise ValueError(f"lookup: 'off' leaves method '{self.method}' nothing to draft with")
         if not does.looks_up and self.lookup == "on":
-            raise ValueError(f"lookup 'on' applies to duo and lookup, not {self.method} (which "
-                             "drafts with the model only)")
+            raise ValueError(f"lookup: 'on' applies to duo and lookup, not {self.method} (which "
+                             "drafts with the model only, or not at all)")
 
     @property
     def uses_lookup(self) -> bool:

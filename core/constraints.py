@@ -1,7 +1,7 @@
 """The per-row logits adjustment of a generation: a grammar's allowed tokens (a packed mask), a
 sparse additive bias (logit_bias, presence and frequency penalties) and whether logprobs are
 wanted. Built for each row from that row's generated prefix; targets apply it on their device,
-drafters and fakes through `apply_rows`, always before the sampling transform."""
+drafters through `apply_row`, always before the sampling transform."""
 from __future__ import annotations
 
 from collections import Counter
@@ -31,7 +31,7 @@ class Grammar(Protocol):
 
     # Optional: `free` (a bool property), True once every token, EOS included, is allowed from
     # here to the end whatever follows (a tool answer committed to plain text). The Adjuster
-    # then stops asking for masks after that prefix (see free_of).
+    # then stops asking for masks after that prefix (Adjuster._now_free).
 
 
 @dataclass
@@ -168,7 +168,7 @@ class Adjuster:
     def _now_free(self, generated: list[int]) -> bool:
         """Whether the grammar, just advanced to `generated`, is free from here on (it is
         then asked nothing more for contexts that extend `generated`)."""
-        if self.grammar is not None and free_of(self.grammar):
+        if getattr(self.grammar, "free", False):  # None, or a grammar without `free`: False
             self.free_after = list(generated)
             return True
         return False
@@ -188,11 +188,6 @@ class Adjuster:
             return False
         self.seen.append(token)
         return True
-
-
-def free_of(grammar: Grammar | None) -> bool:
-    """A grammar's optional `free` (False for grammars without it)."""
-    return grammar is not None and bool(getattr(grammar, "free", False))
 
 
 def adjuster(n_prompt: int, grammar: Grammar | None, penalties: Penalties,
@@ -238,11 +233,3 @@ def apply_row(logits: np.ndarray, row: RowAdjust | None) -> np.ndarray:
     if row.allowed is not None:
         x[~unpack(row.allowed, len(x))] = -np.inf
     return x
-
-
-def apply_rows(logits: np.ndarray, adjust: Adjustments | None) -> np.ndarray:
-    """The reference: every row of a forward's logits after its adjustment."""
-    x = np.asarray(logits, dtype=np.float32)
-    if adjust is None or not adjust.changes_logits:
-        return x
-    return np.stack([apply_row(r, a) for r, a in zip(x, adjust.rows)])

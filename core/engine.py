@@ -40,8 +40,7 @@ class Run:
 
     def __init__(self, target: Target, prompt: list[int], cfg: GenConfig,
                  decode: Callable[[list[int]], str], learned: Learned | None = None,
-                 grammar: Grammar | None = None,
-                 lookup_memory: SuffixMemory | None = None):
+                 grammar: Grammar | None = None, lookup_memory: SuffixMemory | None = None):
         cfg.validate()
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -72,9 +71,8 @@ class Run:
     def learn(self, budget: DraftBudget, lesson: Lesson) -> None:
         """A round's lesson to the learners that own it: the draft budget, the lookup's
         bands, the first-token odds."""
-        budget.observe(lesson.trials, lesson.passed, draft_s=lesson.draft_s,
-                       draft_n=lesson.draft_n, verify_s=lesson.verify_s,
-                       verify_n=lesson.verify_n)
+        budget.observe(lesson.trials, lesson.passed, draft_s=lesson.draft_s, draft_n=lesson.draft_n,
+                       verify_s=lesson.verify_s, verify_n=lesson.verify_n)
         if lesson.band is not None:
             self.lookup.bands.observe(*lesson.band)
         if lesson.rank is not None:
@@ -132,18 +130,16 @@ class Run:
 
 def generate(target: Target, drafter: Drafter | None, prompt: list[int], cfg: GenConfig,
              decode: Callable[[list[int]], str], profile: Profile | None = None,
-             stop: Callable[[], bool] | None = None,
-             learned: Learned | None = None, grammar: Grammar | None = None,
-             lookup_memory: SuffixMemory | None = None,
+             stop: Callable[[], bool] | None = None, learned: Learned | None = None,
+             grammar: Grammar | None = None, lookup_memory: SuffixMemory | None = None,
              shared_cores: bool = False) -> Iterator[Event]:
-    """Yield Events as tokens are verified; the last one has done=True and the stats.
-    `stop()` turning true ends the generation after the event just yielded (reason
-    'stopped'), still with the stats. `learned`: what earlier generations of this pair
-    learned (budget, first-token odds, draft health, lookup bands), updated in place. The
-    target keeps what it holds of the prompt (cfg.cache_prompt). `grammar`:
-    cfg.response_format compiled (models/grammar.py), fresh for this generation.
-    `lookup_memory`: earlier requests the lookup consults beside this context (read only).
-    `shared_cores`: the target runs on the draft's cores, so duo drafts, then verifies (sps's
+    """Yield Events as tokens are verified; the last one has done=True and the stats. `stop()`
+    turning true ends the generation after the event just yielded (reason 'stopped'), still with the
+    stats. `learned`: what earlier generations of this pair learned (budget, first-token odds, draft
+    health, lookup bands), updated in place. The target keeps what it holds of the prompt
+    (cfg.cache_prompt). `grammar`: cfg.response_format compiled (models/grammar.py), fresh for this
+    generation. `lookup_memory`: earlier requests the lookup consults beside this context (read
+    only). `shared_cores`: the target runs on the draft's cores, so duo drafts, then verifies (sps's
     loop, with the lookup) instead of the two side by side."""
     learned = learned if learned is not None else Learned()
     does = METHOD[cfg.method]
@@ -273,17 +269,16 @@ def _sps(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
 
 
 def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
-    """While the target verifies `draft`, the worker drafts the next chunk from
-    ctx + draft: its first token guesses the target's own next token. When every draft token
-    passes and the guess matches, the rest of the chunk is the next round's draft. The worker
-    also pre-drafts from ctx + draft[:j] + a for likely rejections at j by the target's `a`
-    (the policy prices them): when the verdict is one of them, its pre-draft is the next
-    draft; otherwise the chunk is dropped and the next round verifies no draft (one target
-    token) while the worker drafts afresh from the verified context. With the lookup
-    (core/fusion.py) each round may verify the index's continuation instead, or the chunk
-    extended by it. The worker drafts after the model's part only: its chunk is the next
-    draft when it wrote what the target kept past that part (the lookup's tokens that passed
-    and the target's own), so a lookup that misses leaves the model's chunk ready."""
+    """While the target verifies `draft`, the worker drafts the next chunk from ctx + draft: its
+    first token guesses the target's own next token. When every draft token passes and the guess
+    matches, the rest of the chunk is the next round's draft. The worker also pre-drafts from ctx +
+    draft[:j] + a for likely rejections at j by the target's `a` (the policy prices them): when the
+    verdict is one of them, its pre-draft is the next draft; otherwise the chunk is dropped and the
+    next round verifies no draft (one target token) while the worker drafts afresh from the verified
+    context. With the lookup (core/fusion.py) each round may verify the index's continuation
+    instead, or the chunk extended by it. The worker drafts after the model's part only: its chunk
+    is the next draft when it wrote what the target kept past that part (the lookup's tokens that
+    passed and the target's own), so a lookup that misses leaves the model's chunk ready."""
     worker = draft_worker(run, drafter, sequential=run.cfg.sequential)
     branching, telemetry = branch_policy(run, budget), run.telemetry
     predraft = _predraft_policy(run, budget)
@@ -307,7 +302,7 @@ def _duo(run: Run, drafter: Drafter, budget: DraftBudget) -> Iterator[Event]:
             if pick is not None and pick.draft is not draft:  # the lookup's, or fused
                 draft, short = pick.draft, False
             size = budget.chunk_beside(len(draft), draft.n_lookup() > 0, short)
-            model = draft.head(draft.n_model())  # the worker drafts after the model's part
+            model = draft[:draft.n_model()]  # the worker drafts after the model's part
             plan = predraft_plan(run, predraft, budget, model, branching)
             room = run.draft_room(size, len(model))
             guess = run.lookup.guess(run, budget, model.tokens, room) if run.lookup else []

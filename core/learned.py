@@ -21,7 +21,7 @@ class Learned:
     budgets: dict = field(default_factory=dict)  # method -> DraftBudget.state()
     reset_draft: bool = False  # the draft failed: roll its cache back before using it again
     busy_draft: Future | None = None  # a hung draft job: the drafter is not free until done
-    lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.state()
+    lookup_bands: dict = field(default_factory=dict)  # method -> LookupBands.alpha
 
     def budget(self, method: str, profile: Profile, overlap: bool,
                fixed: int | None) -> DraftBudget:

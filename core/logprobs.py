@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass
 class Logprobs:
@@ -29,19 +27,6 @@ class TokenLogprob:
 def draft_of(tokens: list[int], n_rows: int) -> list[int]:
     """The draft tokens a score() call tests: the last n_rows - 1 of its tokens."""
     return list(tokens[len(tokens) - n_rows + 1:]) if n_rows > 1 else []
-
-
-def reference_logprobs(logits: np.ndarray, draft: list[int], own: list[int],
-                       k: int) -> Logprobs:
-    """The numpy reference (models/target/sampling.py.device_logprobs computes the same)."""
-    x = np.asarray(logits, dtype=np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    lsm = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-    top_ids = np.argsort(-lsm, axis=-1, kind="stable")[:, :k]
-    return Logprobs(draft=[float(lsm[i, t]) for i, t in enumerate(draft)],
-                    own=[float(lsm[i, t]) for i, t in enumerate(own)],
-                    top_ids=top_ids.tolist(),
-                    top=np.take_along_axis(lsm, top_ids, axis=-1).tolist())
 
 
 def emitted(lp: Logprobs, draft: list[int], accepted: int, token: int) -> list[TokenLogprob]:

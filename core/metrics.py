@@ -20,10 +20,8 @@ class RoundRecord:
     source: str = "model"  # what the verified draft was: model, lookup, fused (both), plain
 
     def to_dict(self) -> dict:
-        return {"start": self.start, "end": self.end, "draft_span": list(self.draft_span),
-                "verify_span": list(self.verify_span), "drafted": self.drafted,
-                "accepted": self.accepted, "seqs": self.seqs, "predrafted": self.predrafted,
-                "predraft_hit": self.predraft_hit, "source": self.source}
+        return {**self.__dict__, "draft_span": list(self.draft_span),
+                "verify_span": list(self.verify_span)}
 
 
 @dataclass
@@ -134,9 +132,8 @@ class GenerationStats:
 
 
     def lookup_dict(self) -> dict:
-        """The suffix index's part: rounds it proposed in, rounds it won (from the memory of
-        earlier requests), its tokens proposed and accepted, and its share of the
-        new tokens."""
+        """The suffix index's part: rounds it proposed in, rounds it won (from the memory of earlier
+        requests), its tokens proposed and accepted, and its share of the new tokens."""
         return {"rounds": self.lookup_rounds, "won": self.lookup_won,
                 "memory": self.lookup_memory,
                 "proposed": self.lookup_proposed, "accepted": self.lookup_accepted,

@@ -54,9 +54,7 @@ def branch_policy(run, budget: DraftBudget) -> BranchPolicy | None:
 
 
 def predraft_policy(run, budget: DraftBudget) -> PredraftPolicy | None:
-    if not run.cfg.predraft:
-        return None
-    return PredraftPolicy(budget.profile.draft_step_s, run.odds)
+    return PredraftPolicy(budget.profile.draft_step_s, run.odds) if run.cfg.predraft else None
 
 
 def predraft_plan(run, policy: PredraftPolicy | None, budget: DraftBudget, draft: Draft,

@@ -81,13 +81,6 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
 
 
-def pick(logits: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator) -> int:
-    """One token from one row of logits: argmax when greedy, else a draw."""
-    if cfg.greedy:
-        return int(np.argmax(logits))
-    return sample(logits_to_probs(logits, cfg), rng)
-
-
 class PositionRng:
     """The draft's own random streams keyed by absolute token position (numpy generators),
     for the `rejection` sampler: what the draft proposes at position i does not depend on how

@@ -116,15 +116,13 @@ class DraftWorker:
             fut: Future = Future()
             fut.set_result(Drafted.nothing())
             return DraftJob(fut, stop, self)
-        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft,
-                                list(guess))
+        fut = self._pool.submit(self._run, list(context), n, stop, branching, predraft, list(guess))
         job = DraftJob(fut, stop, self, self._timeout(context))
         if self.sequential:
             job.result()
         return job
 
-    def inline(self, context: list[int], n: int,
-               branching: Branching | None = None) -> Drafted:
+    def inline(self, context: list[int], n: int, branching: Branching | None = None) -> Drafted:
         """Draft on the caller's thread, no hand-off. Past the timeout the watchdog sets the
         job's stop, so the draft ends at its next token; that late answer is a failure like
         a hung job's (a draft stuck inside one call holds the caller until it returns)."""
@@ -141,8 +139,8 @@ class DraftWorker:
         finally:
             self._watchdog.disarm()
         if fired.is_set() and not self.failed:
-            self._fail(f"the draft gave no answer within {timeout:.3g} s; the target "
-                       "went on alone")
+            self.warnings.append(f"the draft gave no answer within {timeout:.3g} s; the "
+                                 "target went on alone")
             return Drafted.nothing()
         return drafted
 
@@ -158,7 +156,8 @@ class DraftWorker:
             proposal = self.drafter.propose(context, n, self.sampling, self.draws, stop,
                                             branching=branching, **self.adjust, **extra)
         except Exception as e:  # noqa: BLE001 - any draft failure: the target goes on alone
-            self._fail(f"the draft failed ({type(e).__name__}: {e}); the target went on alone")
+            self.warnings.append(f"the draft failed ({type(e).__name__}: {e}); the target went "
+                                 "on alone")
             return Drafted.nothing()
         t1 = time.perf_counter()
         return Drafted(proposal, DraftTiming(t1 - t0, (t0, t1)))
@@ -171,12 +170,9 @@ class DraftWorker:
         except FutureTimeout:
             stop.set()
             self._hung = future
-            self._fail(f"the draft gave no answer within {said or timeout_s:.3g} s; the "
-                       "target went on alone")
+            self.warnings.append(f"the draft gave no answer within {said or timeout_s:.3g} s; "
+                                 "the target went on alone")
             return Drafted.nothing()
-
-    def _fail(self, message: str) -> None:
-        self.warnings.append(message)
 
     def close(self) -> Future | None:
         """End the thread; returns the job still running when the draft hung (None else):

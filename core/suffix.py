@@ -92,15 +92,13 @@ class SuffixIndex:
             ends, m = keep, m + 1
         return (m, ends) if len(ends) else (0, ends)
 
-    def walk(self, ends: np.ndarray, match: int, max_len: int,
-             first: int | None = None) -> Lookup:
-        """From the occurrences `ends` of a `match`-token tail (the latest MAX_OCC of them):
-        the most frequent next token, again and again (ties: the latest occurrence's), while
-        the path confidence stays above MIN_CONF. `first` forces the first token
-        (candidates). The tokens after each occurrence are gathered once; the walk itself
-        runs over Python lists (a few small steps cost less than numpy calls)."""
+    def walk(self, ends: np.ndarray, match: int, max_len: int) -> Lookup:
+        """From the occurrences `ends` of a `match`-token tail (the latest MAX_OCC of them): the
+        most frequent next token, again and again (ties: the latest occurrence's), while the path
+        confidence stays above MIN_CONF. The tokens after each occurrence are gathered once; the
+        walk itself runs over Python lists (a few small steps cost less than numpy calls)."""
         ends = ends[ends + 1 < self.n][-MAX_OCC:]
-        if len(ends) == 1 and first is None:  # one occurrence: a copy
+        if len(ends) == 1:  # one occurrence: a copy
             return self._copy(Lookup(match=match), int(ends[0]), match, max_len, 1.0)
         pos = ends[:, None] + 1 + np.arange(max_len)
         rows = np.where(pos < self.n, self.tokens[np.minimum(pos, self.n - 1)], PAST).tolist()
@@ -110,10 +108,10 @@ class SuffixIndex:
             valid = [t for t in col if t != PAST]
             if not valid:
                 break
-            tok = _most_frequent(valid) if first is None or d else first
-            share = valid.count(tok) / len(valid)
-            if tok == SEP or share == 0.0:
+            tok = _most_frequent(valid)
+            if tok == SEP:
                 break
+            share = valid.count(tok) / len(valid)
             seen = match + d
             conf = share * seen / (seen + 1)
             path *= conf
@@ -145,17 +143,6 @@ class SuffixIndex:
         m, ends = self.match(tail)
         return self.walk(ends, m, max_len) if m else Lookup()
 
-    def candidates(self, k: int, max_len: int, tail: list[int] | None = None) -> list[Lookup]:
-        """The k best continuations with different first tokens (most frequent first)."""
-        tail = self._tail() if tail is None else tail
-        m, ends = self.match(tail)
-        if not m:
-            return []
-        ends = ends[ends + 1 < self.n]
-        firsts = _ranked(self.tokens[ends + 1])
-        out = [self.walk(ends, m, max_len, first=t) for t in firsts[:k] if t != SEP]
-        return [c for c in out if c.tokens]
-
     def _tail(self) -> list[int]:
         return self.tokens[-MAX_MATCH:].tolist()
 
@@ -167,15 +154,6 @@ def _most_frequent(nxt: list[int]) -> int:
     counts = Counter(nxt)
     top = max(counts.values())
     return next(t for t in reversed(nxt) if counts[t] == top)
-
-
-def _ranked(nxt: np.ndarray) -> list[int]:
-    """Distinct tokens by count, ties by their latest occurrence."""
-    vals, inv, counts = np.unique(nxt, return_inverse=True, return_counts=True)
-    last = np.zeros(len(vals), dtype=np.int64)
-    np.maximum.at(last, inv, np.arange(len(nxt)))
-    order = np.lexsort((-last, -counts))
-    return [int(v) for v in vals[order]]
 
 
 class SuffixMemory:

@@ -80,9 +80,8 @@ class Telemetry:
         """Draft, then verify `drafted` tokens (the chunk, or what the lookup made of it): the
         draft's span and the verdict."""
         timing = chunk.timing
-        self.stats.draft_busy_s += timing.busy_s
         rec = self.round(start, timing.span if drafted else (start, start), vspan, drafted,
-                         verdict.accepted)
+                         verdict.accepted, timing.busy_s)
         return self.lesson(budget, rec, drafted, verdict.accepted, chunk)
 
     def chunk_used(self, budget: DraftBudget, start: float, vspan, drafted: int,
@@ -90,8 +89,7 @@ class Telemetry:
         """duo: the chunk drafted during the verify is kept; `hit`: one of its sequences starts
         with the target's own token (the guess counts as one more draft token tried)."""
         proposal, timing = chunk
-        self.stats.draft_busy_s += timing.busy_s
-        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
+        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted, timing.busy_s)
         rec.seqs = proposal.n_seqs
         self._count_seqs(proposal, verdict.token)
         return self.lesson(budget, rec, drafted + 1, verdict.accepted + hit, chunk)
@@ -108,8 +106,7 @@ class Telemetry:
         """duo: a rejection the worker had pre-drafted for; the main chunk was stopped, so
         the round is no sample of draft time."""
         proposal, timing = chunk
-        self.stats.draft_busy_s += timing.busy_s
-        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted)
+        rec = self.round(start, timing.span, vspan, drafted, verdict.accepted, timing.busy_s)
         rec.seqs = proposal.n_seqs + len(proposal.predrafts)
         return self.lesson(budget, rec, drafted, verdict.accepted, None)
 
@@ -150,8 +147,10 @@ class Telemetry:
             self.stats.warnings.append(message)
 
     # -- the parts -------------------------------------------------------------------------
-    def round(self, start: float, dspan, vspan, drafted: int, accepted: int) -> RoundRecord:
+    def round(self, start: float, dspan, vspan, drafted: int, accepted: int,
+              busy_s: float = 0.0) -> RoundRecord:
         t0 = self.t0
+        self.stats.draft_busy_s += busy_s
         rec = RoundRecord(start - t0, time.perf_counter() - t0, (dspan[0] - t0, dspan[1] - t0),
                           (vspan[0] - t0, vspan[1] - t0), drafted, accepted,
                           source="model" if drafted else "plain")
@@ -186,9 +185,8 @@ class Telemetry:
                       verify_n=scored, band=band, rank=rank)
 
     def _model_part(self, rec: RoundRecord, trials: int, passed: int) -> tuple[int, int]:
-        """The model draft's trials and passes of a round (the lookup's tokens are learned
-        apart, per band): its tokens, and the guess of the chunk drafted beside when every
-        token passed."""
+        """The model draft's trials and passes of a round (the lookup's tokens are learned apart,
+        per band): its tokens, and the guess of the chunk drafted beside when every token passed."""
         drafting, self._drafting = self._drafting, None
         if drafting is None or not drafting[2]:
             return trials, passed

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.backends import QRows, SampleCheck, Scores
-from core.constraints import Adjustments, apply_rows
-from core.logprobs import draft_of, reference_logprobs
-from core.sampling import Noise, SamplingConfig, logits_to_probs
+from core.backends import QRows, Scores
+from core.sampling import Noise
 
 
 @dataclass(frozen=True)
@@ -55,49 +53,3 @@ def verify_sampled(draft: list[int], q_draft: np.ndarray | QRows, scores: Scores
         return Verdict(i, scores.recovered[i])
     return Verdict(len(draft), scores.bonus)
 
-
-def reference_scores(logits: np.ndarray, sampling: SamplingConfig,
-                     check: SampleCheck | None = None, adjust: Adjustments | None = None,
-                     tokens: list[int] = ()) -> Scores:
-    """The reference reduction of a forward's rows (fakes use it; device targets mirror it):
-    the rows adjusted first; logprobs (when asked) of the raw rows, `tokens` being what the
-    score() call appended."""
-    rows = apply_rows(logits, adjust)
-    if sampling.greedy:
-        scores = Scores(choice=rows.argmax(axis=-1).tolist())
-    else:
-        p_target = logits_to_probs(rows, sampling)
-        if check.coupled:
-            scores = Scores(choice=[check.noise.draw(p, check.base + i)
-                                    for i, p in enumerate(p_target)])
-        else:
-            scores = sampled_scores(p_target, check)
-    if adjust is not None and adjust.logprobs is not None:
-        own = scores.choice if scores.choice is not None else scores.recovered + [scores.bonus]
-        scores.logprobs = reference_logprobs(logits, draft_of(tokens, len(rows)), own,
-                                             adjust.logprobs)
-    return scores
-
-
-def sampled_scores(p_target: np.ndarray, check: SampleCheck) -> Scores:
-    """The reference of what a target hands the sampled verifier (models/target/sampling.py
-    computes the same on the device): p_target of each draft token, the draw from each draft
-    position's residual, and the bonus draw from the last row, by `check.noise`."""
-    g = len(check.draft)
-    p_draft = [float(p_target[i, t]) for i, t in enumerate(check.draft)]
-    recovered = [check.noise.draw(residual(p_target[i], check.q_draft[i]), check.base + i)
-                 for i in range(g)]
-    bonus = check.noise.draw(p_target[g], check.base + g)
-    return Scores(p_draft=p_draft, recovered=recovered, bonus=bonus)
-
-
-def residual(p: np.ndarray, q) -> np.ndarray:
-    """norm(max(0, p - q)) up to its scale (a draw does not need the sum); p itself when
-    p == q up to rounding (any draw from p is right). `q` may be a token id: a lookup's
-    one-hot row (QRows), whose residual is p without that token."""
-    if isinstance(q, (int, np.integer)):
-        r = p.astype(np.float64)
-        r[int(q)] = 0.0
-    else:
-        r = np.maximum(p.astype(np.float64) - q, 0.0)
-    return r if r.sum() > 0 else p.astype(np.float64)

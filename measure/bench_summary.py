@@ -22,7 +22,8 @@ def aggregate(runs: list[dict], base: list[dict] | None) -> dict:
            "ttft_s": _ttft(runs),
            "acceptance_rate": _ratio(sum(r["accepted"] for r in runs), drafted),
            "mean_accepted_per_round": _ratio(sum(r["accepted"] for r in runs), rounds),
-           "overlap_efficiency": _overlap(runs),
+           "overlap_efficiency": min(1.0, _ratio(sum(r.get("overlap_busy_s", 0.0) for r in runs),
+                                                 sum(r.get("round_wall_s", 0.0) for r in runs))),
            "draft_busy_s": sum(r.get("draft_busy_s", 0.0) for r in runs),
            "target_busy_s": sum(r.get("target_busy_s", 0.0) for r in runs),
            "gammas_used": _merge(r.get("gammas_used", {}) for r in runs),
@@ -83,11 +84,6 @@ def _median(xs: list[float]) -> float:
 def _ttft(runs: list[dict]) -> float:
     """Median TTFT over the prompts that gave a token (0.0 when none did)."""
     return _median([r["ttft_s"] for r in runs if r["new_tokens"] > 0])
-
-
-def _overlap(runs: list[dict]) -> float:
-    wall = sum(r.get("round_wall_s", 0.0) for r in runs)
-    return min(1.0, sum(r.get("overlap_busy_s", 0.0) for r in runs) / wall) if wall else 0.0
 
 
 def _merge(dicts) -> dict:

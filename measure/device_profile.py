@@ -123,8 +123,7 @@ def projected(d: dict) -> DeviceProfile:
                "draft": f"{base.sources['draft']} ({d.get('draft_source', 'the base profile')})"}
     return DeviceProfile(d["name"], "projected", d["device"], d["date"], base.shape, t["dtype"],
                          t["quant"], base.chunks, base.filled, ms, base.floor_ms, token_ms,
-                         base.draft_threads, base.draft_token_ms, dict(base.draft_step_ms),
-                         sources)
+                         base.draft_threads, base.draft_token_ms, dict(base.draft_step_ms), sources)
 
 
 def bytes_ratio(shape: str, quant: str, filled: int) -> float:

@@ -5,10 +5,10 @@ profile's shape run on cuda). The app never imports it (docs/emulation.md)."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from core.backends import Scores
+from core.backends import Scores, check_chunk
 from core.config import GenConfig
 from core.sampling import SamplingConfig
 from measure.device_profile import DeviceProfile, load_profile
@@ -151,7 +151,6 @@ class EmulatedTarget:
     """The `Target` seam (core/backends.py) with an oracle's verdicts and a clock's time; a
     GPU-like device to the placement, so duo overlaps as on the workstation."""
     device = "cuda"  # what the placement reads: the target beside the draft's cores
-    graph_threads = 0  # no CPU graphs to keep a thread count for
 
     def __init__(self, real, oracle: Oracle, clock, emulation: Emulation):
         self.name = f"emulated:{real.name}"
@@ -168,16 +167,11 @@ class EmulatedTarget:
     def n_cached(self) -> int:
         return len(self.cached_ids)
 
-    def score(self, tokens: list[int], n_rows: int, sampling, check=None,
-              adjust=None) -> Scores:
+    def score(self, tokens: list[int], n_rows: int, sampling, check=None, adjust=None) -> Scores:
         if not sampling.greedy or check is not None or adjust:
             raise Refused("the emulated target verifies greedy only (no sampling, "
                           "response_format, logprobs, logit_bias or penalties)")
-        if not tokens or not 1 <= n_rows <= len(tokens):
-            raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
-        if self.n_cached + len(tokens) > self.n_ctx:
-            raise ValueError(f"the context window is full: {self.n_cached} + {len(tokens)} "
-                             f"tokens > {self.n_ctx}")
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         filled = self.n_cached
         self.cached_ids += list(tokens)
         self.clock.forward(list(tokens), filled)
@@ -198,9 +192,6 @@ class EmulatedTarget:
             yield
         finally:
             self.cached_ids = saved
-
-    def exact(self):
-        return nullcontext()
 
     def set_threads(self, n: int) -> int:
         return 1  # a GPU target's one launcher thread
@@ -290,7 +281,3 @@ def _shadow_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-__all__ = ["CLOCKS", "EmulatedTarget", "Emulation", "ProfileClock", "ShadowClock",
-           "check_config", "emulate"]

@@ -6,7 +6,6 @@ from pathlib import Path
 
 
 def figure1(pair, lengths: list[int], path: Path, title: str = "") -> dict:
-    """The paper's Figure 1: draft time for 8 tokens vs target verification of 8 tokens."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,6 +1,6 @@
 """What scripts/gpu_report.py measures with: targets of random weights from a config, the
-memory floor of a forward (bytes read over the measured copy bandwidth) and forward timing
-over a filled cache."""
+memory floor of a forward (bytes read over the measured copy bandwidth), forward timing
+over a filled cache and its projection from two layer counts."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,6 @@ TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
         "vocab_size": 320, "rope_theta": 10000.0, "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "head_dim": 16}
-PATHS = ("eager", "static", "compiled")
 # Full-depth forward rows measured before, (model, precision, dtype) -> ms per chunk@filled:
 # a forward projected from fewer layers is checked against them
 KNOWN = {("llama8b", "none", "bfloat16"): {
@@ -143,12 +142,17 @@ def floors(config: dict, kind: str, lengths: list[int], bandwidth: float,
 
 
 def copy_floors(config: dict, lengths: list[int], bandwidth: float, base_bytes: int = 2) -> dict:
-    """int8's floor (s) when the cast to the base dtype does not fold into the matmul (a chunk
-    of 2+ rows): its int8 bytes, plus a base-dtype copy of every linear weight written and
-    read again."""
+    """int8's floor (s) when the cast to the base dtype does not fold into the matmul (a chunk of 2+
+    rows): its int8 bytes, plus a base-dtype copy of every linear weight written and read again."""
     copies = 2 * model_dims(config).linear_params * base_bytes
     return {str(n): (read_bytes(config, "int8", n, base_bytes) + copies) / bandwidth
             for n in lengths}
+
+
+def per_layer(times: dict[int, float], layers: int) -> float:
+    """Project a time to `layers` layers from two measured layer counts (linear)."""
+    (a, ta), (b, tb) = sorted(times.items())[:2]
+    return ta + (layers - a) * (tb - ta) / (b - a)
 
 
 def free_cuda() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from core.align import common_prefix
 from core.config import GenConfig
 from models.pairs.convert import cache_root, write_atomic
 
@@ -35,7 +36,7 @@ class Oracle:
         if prompt is None:  # a probe's context (the profiler times random ids)
             return [0] * n_rows
         cont, start = self.paths[prompt], len(prompt)
-        matched = _common(ids[start:], cont)
+        matched = common_prefix(ids[start:], cont)
         return [self._row(cont, k, matched) for k in
                 range(len(ids) - n_rows + 1 - start, len(ids) + 1 - start)]
 
@@ -63,15 +64,6 @@ class Oracle:
 
 def _starts(ids: list[int], prompt: tuple[int, ...]) -> bool:
     return len(ids) >= len(prompt) and tuple(ids[:len(prompt)]) == prompt
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def oracle_key(pair, ids: list[int], n_tokens: int) -> str:

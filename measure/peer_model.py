@@ -23,9 +23,3 @@ def peer_model(target):
             module._buffers.pop(name, None)
     twin.set_attn_implementation(PEER_ATTENTION)
     return twin.eval()
-
-
-def shares_weights(twin, model) -> bool:
-    """Every parameter of `twin` is the same tensor as `model`'s (a test's check)."""
-    ours = dict(model.named_parameters(remove_duplicate=False))
-    return all(p is ours[name] for name, p in twin.named_parameters(remove_duplicate=False))

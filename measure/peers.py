@@ -19,7 +19,7 @@ from measure.peer_model import peer_model
 PEERS = ("hf-assisted", "hf-pld", "hf-static", "llamacpp", "llamacpp-lookup")
 PLD_TOKENS = 10  # prompt_lookup_num_tokens
 MIN_STATIC_LEN = 256  # the static cache is sized in powers of two from here to the window
-STATIC_COMPILE: bool | None = None  # hf-static: None, the first run decides; False: no compile
+STATIC_COMPILE = True  # hf-static compiles (tests set False: minutes on a CPU)
 
 log = logging.getLogger("duo.peers")
 
@@ -84,7 +84,7 @@ class Peers:
         self.llama = None
         self.llama_lookup = None  # the same GGUF with llama.cpp's prompt-lookup drafts
         self.static_len = 0  # the static cache's length so far (it only grows)
-        self.compile = STATIC_COMPILE  # hf-static: None until the first run decides
+        self.compile = STATIC_COMPILE
 
     def run(self, ids: list[int], cfg: PeerConfig) -> dict:
         go = {"hf-assisted": self._assisted, "hf-pld": self._pld, "hf-static": self._static,
@@ -104,40 +104,18 @@ class Peers:
 
     def _static(self, ids, cfg) -> dict:
         self._grow_static(ids, len(ids) + cfg.max_new_tokens)
-        stats = self._first_static(ids, cfg) if self.compile is None else self._static_run(ids, cfg)
+        stats = self._static_run(ids, cfg)
         return {**stats, "compiled": self.compile, "static_cache_len": self.static_len}
 
-    def _first_static(self, ids, cfg) -> dict:
-        """The first run compiles; where torch.compile is unusable on the CPU, say so and run
-        the static cache without it."""
-        t0 = time.perf_counter()
-        try:
-            stats = self._static_run(ids, cfg)
-        except Exception as e:  # noqa: BLE001 - torch.compile fails in many ways
-            if self._on_cuda():
-                raise
-            log.info(f"hf-static: torch.compile is unusable on the CPU here ({type(e).__name__}: "
-                     f"{str(e).splitlines()[0][:160]}); running the static cache without compile")
-            self.compile = False
-            return self._static_run(ids, cfg)
-        self.compile = True
-        log.info(f"hf-static: first run with torch.compile on {self.pair.target.device}: "
-                 f"{time.perf_counter() - t0:.1f} s, compile included")
-        return stats
-
     def _static_run(self, ids, cfg) -> dict:
-        return self._hf(ids, cfg, **self._static_kwargs())
-
-    def _static_kwargs(self) -> dict:
         from transformers import CompileConfig
 
         kw = {"cache_implementation": "static", "max_cache_len": self.static_len}
-        if self.compile is False:
-            return {**kw, "disable_compile": True}
+        if not self.compile:
+            return self._hf(ids, cfg, disable_compile=True, **kw)
         compile_config = CompileConfig()
-        if not self._on_cuda():
-            compile_config._compile_all_devices = True  # transformers compiles on cuda only
-        return {**kw, "compile_config": compile_config}
+        compile_config._compile_all_devices = True  # transformers compiles on cuda only
+        return self._hf(ids, cfg, compile_config=compile_config, **kw)
 
     def _grow_static(self, ids: list[int], need: int) -> None:
         """Size the static cache for `need` tokens (a power of two, at most the window); when
@@ -149,11 +127,11 @@ class Peers:
         if size <= self.static_len:
             return
         self.static_len = size
-        if self.compile is not True:
-            return  # no compile, or the coming run is the first compile
+        if not self.compile:
+            return
         t0 = time.perf_counter()
         self._static_run(ids[:16], PeerConfig("hf-static", 2))
-        log.info(f"hf-static: static cache grew to {size} tokens; recompiled in "
+        log.info(f"hf-static: static cache grew to {size} tokens; compiled in "
                  f"{time.perf_counter() - t0:.1f} s (not timed)")
 
     def _hf(self, ids, cfg, speculative: bool = False, **extra) -> dict:
@@ -163,6 +141,7 @@ class Peers:
         if self.model is None:
             self.model = peer_model(target)
         model, eos = self.model, sorted(target.eos_ids)
+        pad = model.generation_config.pad_token_id
         x = torch.tensor([ids], dtype=torch.long, device=target.device)
         streamer = first_token_streamer()
         prev = torch.get_num_threads()  # the target's set_threads may keep a compiled count
@@ -174,8 +153,8 @@ class Peers:
                 streamer.start()
                 out = model.generate(x, attention_mask=torch.ones_like(x), streamer=streamer,
                                      max_new_tokens=self._room(ids, cfg), eos_token_id=eos,
-                                     pad_token_id=_pad_id(model, eos), **_sampling(cfg.sampling),
-                                     **extra)
+                                     pad_token_id=pad if pad is not None else eos[0],
+                                     **_sampling(cfg.sampling), **extra)
                 target.synchronize()
                 wall = time.perf_counter() - streamer.t0
         finally:
@@ -324,11 +303,6 @@ def _sampling(s: SamplingConfig) -> dict:
     if s.greedy:
         return {"do_sample": False}
     return {"do_sample": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
-
-
-def _pad_id(model, eos: list[int]) -> int:
-    pad = model.generation_config.pad_token_id
-    return pad if pad is not None else eos[0]
 
 
 def _until_eos(tokens: list[int], eos_ids: set[int], cfg: PeerConfig) -> tuple[list[int], str]:

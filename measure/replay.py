@@ -24,13 +24,12 @@ def forget(pair) -> None:
 
 @contextmanager
 def own_learning(pair, store: dict, label: str):
-    """The block's generations start from what this label's earlier runs learned (from the
-    warm-up's state at its first run) and hand on to its next run only. Two labels of one
-    method (duo, duo-nolookup) share the pair's learning; run back to back on each prompt,
-    the second started tuned to that very prompt by the first (its budget, its bands). On the
-    10 copy-heavy prompts where an A/B's two arms ran the same code: the second run 6% faster
-    by the median with the learning shared, 2% with each label's own
-    (bench/results/2026-11-25-own-learning)."""
+    """The block's generations start from what this label's earlier runs learned (from the warm-up's
+    state at its first run) and hand on to its next run only. Two labels of one method (duo,
+    duo-nolookup) share the pair's learning; run back to back on each prompt, the second started
+    tuned to that very prompt by the first (its budget, its bands). On the 10 copy-heavy prompts
+    where an A/B's two arms ran the same code: the second run 6% faster by the median with the
+    learning shared, 2% with each label's own (bench/results/2026-11-25-own-learning)."""
     learned = getattr(pair, "learned", None)
     if learned is None:
         yield

@@ -46,10 +46,6 @@ class LLGrammar:
         return twin
 
     @property
-    def accepting(self) -> bool:
-        return self.matcher.is_accepting()
-
-    @property
     def free(self) -> bool:
         """Every token, EOS included, allowed from here to the end: the answer has committed
         to the tool grammar's plain-text branch, which after its start is free text."""
@@ -58,10 +54,9 @@ class LLGrammar:
 
 
 class Release:
-    """When a tool answer (`start: text | calls`, calls opening with OPEN, text any non-empty
-    text that does not) is free: once its bytes are not a start of OPEN nor start with it,
-    only the text branch is left and it takes anything (tests/test_grammar.py checks the
-    mask there)."""
+    """When a tool answer (`start: text | calls`, calls opening with OPEN, text any non-empty text
+    that does not) is free: once its bytes are not a start of OPEN nor start with it, only the text
+    branch is left and it takes anything (tests/test_grammar.py checks the mask there)."""
 
     def __init__(self, tokenizer, opening: str = "<tool_call>"):
         self.tokenizer, self.opening = tokenizer, opening.encode()

@@ -114,8 +114,7 @@ class Pair:
         model_dir = (converted_dir(_check_gguf(target_file), say, dtype) if kind == "gguf"
                      else target_file)
         group = 32 if kind == "gguf" else None  # GGUF blocks are 32 wide: int4 stays near-exact
-        n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, o.n_ctx, o.target_quant,
-                                          group)
+        n_ctx, self.ctx_reason = pick_ctx(model_dir, device, dtype, o.n_ctx, o.target_quant, group)
         quant, self.quant_reason = pick_quant_kind(model_dir, device, dtype, n_ctx,
                                                    o.target_quant, group, say)
         return TargetOptions(model_dir, device, dtype, n_ctx, o.target_compile,
@@ -262,17 +261,14 @@ class Pair:
     def _events(self, events: Iterator[Event], method: str) -> Iterator[Event]:
         for ev in events:
             if ev.stats is not None:
+                t = self.target
                 ev.stats["threads"] = self.threads.to_dict()
                 if METHOD[method].overlaps:
                     ev.stats["schedule"] = OVERLAP if self.overlapped else SPS_LOOP
-                ev.stats["vocab"] = self.drafter.vocab.stats()
-                ev.stats["target_dtype"] = self.target.dtype
-                ev.stats["target_device"] = self.target.device
-                ev.stats["target_path"] = self.target.path
-                ev.stats["target_quant"] = self.target.quant
-                ev.stats["target_packed"] = self.target.packed
-                ev.stats["draft_prefill"] = self.prefill_choice.to_dict()
-                ev.stats["draft_attention"] = self.attention_choice.to_dict()
+                ev.stats.update(vocab=self.drafter.vocab.stats(), target_dtype=t.dtype,
+                                target_device=t.device, target_path=t.path, target_quant=t.quant,
+                                target_packed=t.packed, draft_prefill=self.prefill_choice.to_dict(),
+                                draft_attention=self.attention_choice.to_dict())
             yield ev
 
     def describe(self) -> dict:
@@ -308,10 +304,9 @@ def summary(draft_threads: int, target) -> dict:
 
 
 def draft_window(n_ctx: int, same_tokenizer: bool) -> int:
-    """The draft's window from the target's: the same text may take more draft tokens with
-    another tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it
-    within the draft's trained window; past its window the draft proposes nothing and the
-    target goes on alone."""
+    """The draft's window from the target's: the same text may take more draft tokens with another
+    tokenizer (twice is ample), plus room for one chunk. LlamaDrafter keeps it within the draft's
+    trained window; past its window the draft proposes nothing and the target goes on alone."""
     return (n_ctx if same_tokenizer else 2 * n_ctx) + 64
 
 
@@ -365,6 +360,3 @@ def _check_gguf(path: Path) -> Path:
     if magic != b"GGUF":
         raise PairError(f"{path} is not a GGUF model file")
     return path
-
-
-__all__ = ["Pair", "LoadOptions", "PairError", "pick_device"]

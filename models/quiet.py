@@ -33,18 +33,9 @@ def quiet_imports() -> None:
     if "imports" in _routed:
         return
     for name, texts in QUIET.items():
-        logging.getLogger(name).addFilter(_Drop(texts))
+        logging.getLogger(name).addFilter(
+            lambda record, texts=texts: not any(t in record.getMessage() for t in texts))
     _routed["imports"] = True
-
-
-class _Drop(logging.Filter):
-    def __init__(self, texts: tuple[str, ...]):
-        super().__init__()
-        self.texts = texts
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(text in message for text in self.texts)
 
 
 def route_llama_logs() -> None:

@@ -163,15 +163,10 @@ def main() -> None:
         result["load"] = load(args.port, args.pair, 16, args.load_minutes)
     finally:
         server.terminate()
-    write(args.out, "api.json", result, "ttft")
-
-
-def write(folder: str, name: str, result: dict, bulky: str) -> None:
-    """The result as JSON in `folder`, and printed without its `bulky` part."""
-    out = Path(folder)
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k != bulky}, indent=1))
+    (out / "api.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "ttft"}, indent=1))  # the bulky part
 
 
 if __name__ == "__main__":

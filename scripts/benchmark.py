@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import (Parser, add_decoding_args, add_model_args, fail,  # noqa: E402
-                     gen_config, load_options, quiet_logs)
+                     gen_config, load_options, numbers, quiet_logs)
 from core.config import LOOKUP_METHODS  # noqa: E402 - --lookup applies to these
 from core.engine import METHODS  # noqa: E402
 from models.pairs.catalog import PairError, get_pair  # noqa: E402
@@ -65,27 +65,21 @@ def parse(argv=None):
                    help="what pass 2 changes: edit (a sentence appended to each prompt) or "
                         "seed (another seed; needs --temperature > 0)")
     add_emulate_args(p)
-    add_ab_args(p)
-    add_decoding_args(p)
-    return p.parse_args(argv)
-
-
-def add_ab_args(p) -> None:
-    """What an A/B of two methods needs beyond a plain run: more passes over the prompts, runs
-    that carry no learning between prompts, and a method run twice under two labels
-    (NAME@LABEL: NAME on learning of its own; its ratio to NAME is the A/B's own noise)."""
+    # an A/B of two methods: more passes over the prompts, runs that carry no learning between
+    # prompts, and NAME@LABEL (NAME on learning of its own: its ratio to NAME is the A/B's noise)
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="go through the question list N times, interleaved as one list")
     p.add_argument("--fresh", action="store_true",
                    help="every run starts from the pair's learning after the warm-ups, nothing "
                         "carried from the method's earlier prompts")
+    add_decoding_args(p)
+    return p.parse_args(argv)
 
 
 def load_questions(path: str, limit: int) -> list[dict]:
-    """Questions in order, at most `limit` a category. A question's prompt is its first turn;
-    with "answers" (the earlier turns' replies, written out) it is the conversation up to
-    the turn after the last answer (Spec-Bench's second turns without answers are left out,
-    as before)."""
+    """Questions in order, at most `limit` a category. A question's prompt is its first turn; with
+    "answers" (the earlier turns' replies, written out) it is the conversation up to the turn after
+    the last answer (Spec-Bench's second turns without answers are left out, as before)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
@@ -203,16 +197,15 @@ WARM_UP = "Warm up: say one word."
 def warm_up(runs: dict, raw: bool) -> None:
     """One short run each (and the one-time budget profile); not measured."""
     for pair, cfg in runs.values():
-        run_one(pair, pair.prompt_ids(WARM_UP, raw=raw), _short(cfg))
-
-
-def _short(cfg):
-    return replace(cfg, max_new_tokens=min(16, cfg.max_new_tokens))
+        run_one(pair, pair.prompt_ids(WARM_UP, raw=raw),
+                replace(cfg, max_new_tokens=min(16, cfg.max_new_tokens)))
 
 
 def machine(pair, methods) -> dict:
     import torch
-    return {"platform": platform.platform(), "cpu": _cpu(), "cores": pair.opts.cores,
+    from models.fit.profiler import cpu_name
+
+    return {"platform": platform.platform(), "cpu": cpu_name(), "cores": pair.opts.cores,
             "torch": torch.__version__, "target_device": pair.target.device_name(),
             "target_dtype": pair.target.dtype, "target_path": pair.target.path,
             "target_compile": pair.target.compile_choice,
@@ -225,17 +218,7 @@ def method_threads(pair, name: str) -> dict:
     """The threads a method runs on: the pair's plan for the engine's methods (and their
     variants), every core for the peers (each runs alone: models/loader.py is not asked)."""
     base = name[:-5] if name.endswith("-json") else name
-    if base in PEERS:
-        return {"target": pair.opts.cores}
-    return pair.threads.to_dict()
-
-
-def _cpu() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
+    return {"target": pair.opts.cores} if base in PEERS else pair.threads.to_dict()
 
 
 def main(argv=None) -> None:
@@ -253,7 +236,7 @@ def main(argv=None) -> None:
         check_args(args, [method_config(args, m) for m in methods] if args.emulate else [],
                    [m for m in methods if m in PEERS or m.endswith("-json")])
         questions = load_questions(args.questions, args.limit_per_category) * repeats(args)
-        lengths = parse_lengths(args.figure1_lengths)
+        lengths = numbers(args.figure1_lengths, "--figure1-lengths")
         get_pair(args.pair)
         from models.loader import Pair
         pair = Pair(args.pair, load_options(args))
@@ -315,17 +298,6 @@ def write_results(out: Path, head: dict, results: dict[str, list], complete: boo
     tmp.write_text(json.dumps(report, indent=1))
     tmp.replace(out / "results.json")
     return report
-
-
-def parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--figure1-lengths must be numbers separated by commas, got "
-                         f"'{text}'") from None
-    if any(n < 1 for n in lengths):
-        raise ValueError(f"--figure1-lengths must be positive, got '{text}'")
-    return lengths
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from models.fit.memory import (DEFAULT_CTX, GIB, device_memory, estimate_bytes, 
                            pair_sizes, size_config)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+TOKENS = "tokenizer.ggml.tokens"  # the GGUF key of a draft's tokens
 
 
 class Parser(argparse.ArgumentParser):
@@ -57,19 +58,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             ("--draft-on", "--serve", args.serve), ("--draft-sampling", "--serve", args.serve)):
         if getattr(args, flag[2:].replace("-", "_")) not in (None, False) and not ok:
             p.error(f"{flag} goes with {needs}")
-    if args.serve:
-        check_serve_args(p, args)
-    return args
-
-
-def check_serve_args(p: Parser, args: argparse.Namespace) -> None:
-    engine = args.serve[0]
-    if engine != "all" and engine not in serving.ENGINES:
+    engine = args.serve[0] if args.serve else None
+    if engine and engine != "all" and engine not in serving.ENGINES:
         p.error(f"unknown engine '{engine}' for --serve; choose from {', '.join(serving.ENGINES)} or all")
-    if args.draft_on and engine not in ("llama-server", "all"):
+    if engine and args.draft_on and engine not in ("llama-server", "all"):
         p.error("--draft-on goes with --serve llama-server (vLLM and SGLang run the draft beside the target)")
     if args.gpus is not None and args.gpus < 1:
         p.error("--gpus must be at least 1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +121,9 @@ def list_pairs(as_json: bool) -> int:
 
 def pair_row(s: PairSpec, gpu_free: int | None = None, gpu_total: int | None = None) -> dict:
     sizes = pair_sizes(s, gpu_free, gpu_total)
-    return {"name": s.name, "embedded": s.embedded, "target_repo": s.target_repo, "draft_repo": s.draft_repo,
-            "draft_file": s.draft_file, "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
+    return {"name": s.name, "embedded": s.embedded, "target_repo": s.target.get("repo"),
+            "draft_repo": s.draft.get("repo"), "draft_file": s.draft.get("file"),
+            "same_tokenizer": s.same_tokenizer, "downloaded": is_downloaded(s),
             "gated": s.gated, "download_gb": s.extra.get("download_gb"),
             "gpu_gib_bf16": s.extra.get("gpu_gib_bf16"), "quantization": s.extra.get("quantization"),
             "vram_gib": sizes["vram"], "vram_ctx": sizes["window"], "would_use": sizes["use"],
@@ -283,12 +280,12 @@ def describe_draft(cfg: hub.HubConfig, arg: str) -> tuple[dict, list[str] | None
         if path.suffix != ".gguf":
             raise PairError(f"draft {path} is not a .gguf file")
         with path.open("rb") as fh:
-            return {"path": str(path.resolve())}, gguf_header.gguf_tokens(fh.read)
+            return {"path": str(path.resolve())}, gguf_header.gguf_field(fh.read, TOKENS)
     repo, sep, file = arg.partition(":")
     if not sep or not file.endswith(".gguf"):
         raise PairError(f"--draft '{arg}' is neither a local .gguf file nor REPO:FILE.gguf")
     hub.plan_draft(cfg, repo, file)
-    return {"repo": repo, "file": file}, gguf_header.gguf_tokens(gguf_header.RangeReader(cfg, repo, file).read)
+    return {"repo": repo, "file": file}, gguf_header.gguf_field(gguf_header.RangeReader(cfg, repo, file).read, TOKENS)
 
 
 def compare_tokenizers(folder: Path, d_tokens: list[str] | None) -> tuple[bool, str]:

@@ -103,13 +103,9 @@ def _version(dist: str) -> str:
         return "missing"
 
 
-def _dtype(s: dict, quant: str) -> str:
-    """bfloat16 on cuda; float32 on the CPU, but int4 runs there in bfloat16 only."""
-    return "bfloat16" if s["device"] == "cuda" or quant == "int4" else "float32"
-
-
 def part_forward(s: dict, out: Path) -> dict:
     from measure.gpu_bench import KNOWN, copy_bandwidth, copy_floors, floors, model_config
+    from models.fit.memory import DTYPE_BYTES
 
     os.environ["DUO_QUANT_TUNING"] = "on" if s["tuning"] else "off"  # read at each compile
     bw = copy_bandwidth(s["device"], s["copy_bytes"])
@@ -117,8 +113,9 @@ def part_forward(s: dict, out: Path) -> dict:
            "models": {}}
     for which in s["models"]:
         for quant in s["quants"]:
-            dtype = _dtype(s, quant)
-            config, b = model_config(which, dtype), _bytes(dtype)
+            # bfloat16 on cuda; float32 on the CPU, but int4 runs there in bfloat16 only
+            dtype = "bfloat16" if s["device"] == "cuda" or quant == "int4" else "float32"
+            config, b = model_config(which, dtype), DTYPE_BYTES[dtype]
             row = {"dtype": dtype, "floor_ms": _ms(floors(config, quant, s["lengths"], bw, b))}
             if quant == "int8":  # where the measured int8 lands: its floor or the copy's
                 row["copy_floor_ms"] = _ms(copy_floors(config, s["lengths"], bw, b))
@@ -135,8 +132,7 @@ def part_forward(s: dict, out: Path) -> dict:
 def _forward_path(s: dict, which: str, quant: str, dtype: str, path: str) -> dict:
     """One path's forward times: at the model's depth, or (--depths) at two smaller ones,
     each cell projected linearly in the layer count to the full depth."""
-    from measure.gguf_random import per_layer
-    from measure.gpu_bench import model_config
+    from measure.gpu_bench import model_config, per_layer
 
     if not s["depths"]:
         return _forward_one(s, which, quant, dtype, path)
@@ -204,10 +200,6 @@ def _guard(fn) -> dict:
 
 def _ms(times: dict) -> dict:
     return {k: round(v * 1e3, 4) for k, v in times.items()}
-
-
-def _bytes(dtype: str) -> int:
-    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -73,12 +73,8 @@ def _cells(p: dict, cols: list[str], row: dict) -> list[str]:
             for c in cols]
 
 
-def _big(fwd: dict) -> str:
-    return "llama8b" if "llama8b" in fwd.get("models", {}) else "tiny"
-
-
 def _floor(fwd: dict) -> list[str]:
-    out, model = [], _big(fwd)
+    out, model = [], "llama8b" if "llama8b" in fwd.get("models", {}) else "tiny"
     for q in ("none", "int4", "int8"):
         row = fwd.get("models", {}).get(model, {}).get(q, {})
         ms = row.get("compiled", {}).get("ms", {})
@@ -100,4 +96,4 @@ def _int8_verdict(quants: dict) -> list[str]:
     quicker = [q for q, v in at8.items() if q != "int8" and v is not None and v < at8["int8"]]
     return [f"- int8 compiled forward of 8 rows: {at8['int8']:.3f} ms; "
             + (f"slower than {', '.join(quicker)} (the picker should take those where they "
-               "fit: models/fit/memory.py by_speed)" if quicker else "the fastest precision")]
+               "fit: models/fit/memory.py)" if quicker else "the fastest precision")]

@@ -8,12 +8,12 @@ from contextlib import contextmanager
 import numpy as np
 
 from core.align import VocabSide
-from core.verify import reference_scores
 from core.backends import Draft, Proposal, Scores
 from core.budget import DraftBudget, Profile
 from core.constraints import apply_row
 from core.learned import Learned
 from core.sampling import SamplingConfig, logits_to_probs
+from tests.reference import reference_scores
 
 
 def markov(vocab: int, seed: int, sharp: float = 1.0) -> np.ndarray:
@@ -106,7 +106,7 @@ class FakeDrafter(Threads):
                 cut = len(context) - predraft.pending + j
                 d = self._sequence(list(context[:cut]), [a], predraft.depth + 1, sampling,
                                    draws, None, delay=0.0)
-                out.predrafts[(j, a)] = d.tail(1)
+                out.predrafts[(j, a)] = d[1:]
             self.tokens = keep
         return out
 

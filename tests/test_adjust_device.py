@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.constraints import Adjustments, RowAdjust, apply_rows
-from core.logprobs import reference_logprobs
+from core.constraints import Adjustments, RowAdjust
 from core.sampling import SamplingConfig
-from core.verify import reference_scores
 from models.target.sampling import apply_adjust, device_logprobs, device_scores
+from tests.reference import apply_rows, reference_logprobs, reference_scores
 
 VOCAB = 70  # not a multiple of 32: the last word is partly past the vocabulary
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.openai_io import ApiError, ChatRequest, parse
+from app.openai_io import ChatRequest, parse
 from core.output import Event
 from models.pairs.catalog import get_pair
 from tests.live_server import Served
@@ -67,11 +67,11 @@ def test_the_field_reaches_the_settings_and_defaults_to_auto():
                                   {"method": "vanilla", "lookup": "on"},
                                   {"method": "sps", "lookup": "on"},
                                   {"method": "lookup", "lookup": "off"}])
-def test_what_cannot_be_honoured_is_refused_by_name(body):
-    with pytest.raises(ApiError) as e:
-        config(body)
-    assert e.value.status == 400 and e.value.param == "lookup"
-    assert e.value.code == "invalid_value" and "lookup" in e.value.message
+def test_what_cannot_be_honoured_is_refused_by_name(served, body):
+    r = served.post("/chat/completions", {**GOOD, **body})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "lookup", r.text
+    assert err["code"] == "invalid_value" and "lookup" in err["message"]
 
 
 def test_over_http_a_bad_value_is_a_400_and_a_good_one_is_honoured(served):

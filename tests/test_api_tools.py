@@ -219,7 +219,7 @@ def test_tool_results_in_a_row_are_one_user_turn():
 def advance(pair, spec, text) -> tuple[int, int, bool]:
     grammar = pair.grammars.compile(spec)
     ids = pair.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return grammar.advance(ids), len(ids), grammar.accepting
+    return grammar.advance(ids), len(ids), grammar.matcher.is_accepting()
 
 
 ADD = {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}},

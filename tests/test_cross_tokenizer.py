@@ -327,7 +327,8 @@ def test_q_rows_have_the_target_logit_width_when_the_tokenizer_is_longer():
     proposed, in either mode."""
     from core.backends import SampleCheck
     from core.sampling import Noise
-    from core.verify import sampled_scores, verify_sampled
+    from core.verify import verify_sampled
+    from tests.reference import sampled_scores
 
     target = VocabSide(TARGET_PIECES + [b"ba"], {0: "<eos>"}, {0})  # id 7: past the logits
     draft = VocabSide(DRAFT_PIECES, DRAFT_CONTROL, {0, 8})

@@ -205,7 +205,7 @@ def test_add_pair_from_the_hub_reads_gguf_header_by_range(env, fake, capsys):
     assert (code, err) == (0, "")
     spec = catalog.get_pair("mine")
     assert spec.same_tokenizer and spec.chat and spec.user
-    assert spec.target == {"repo": "org/tiny-target"} and spec.draft_file == "tiny-q8_0.gguf"
+    assert spec.target == {"repo": "org/tiny-target"} and spec.draft["file"] == "tiny-q8_0.gguf"
     assert any(blob_gets(fake, "org/tiny-draft-GGUF", "tiny-q8_0.gguf"))
     assert not any(p.endswith("model.safetensors") and m == "GET" for m, p, _ in fake.requests)
     assert spec.extra["target_config"] == CONFIG  # sizes each precision in --list before the download

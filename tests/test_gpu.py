@@ -204,19 +204,16 @@ def test_crossing_spans_compiles_and_records_nothing_after_the_first_time(device
 def test_one_dynamic_graph_serves_every_chunk_length(device, request):
     """Chunks of 1 to 16 tokens, across the 256 span, on a target compiled for (1, 4, 16): each
     gives the eager static target's logits, and after the warm-up no graph is compiled (the
-    1-token step and the dynamic chunk serve all) and no CUDA graph skipped. On the CPU a chunk
-    runs at its own length; on cuda it pads to a size (a CUDA graph per size)."""
+    1-token step and the dynamic chunk serve all) and no CUDA graph skipped. A chunk pads to a
+    size (on cuda a CUDA graph per size)."""
     from torch._dynamo.utils import counters
-
-    from models.target.static import EXACT_FROM
 
     reference = static(device, "float32", CPU_CTX, CPU_BUCKETS, compile=False)
     ids = text_ids(device, 320)
     with compiled_target(request, device) as target:
         graphs = target.warm_graphs  # since the shared target's warm-up: the other twins' too
         skips = counters["inductor"]["cudagraph_skips"]
-        lengths = (1, 3, EXACT_FROM + 1)  # on the CPU past EXACT_FROM unpadded
-        assert [target._size(n) for n in lengths] == [1, 4, 16 if device == "cuda" else 9]
+        assert [target._size(n) for n in (1, 3, 9)] == [1, 4, 16]
         for t in (target, reference):
             t.logits(ids[:240], 1)
         n = 240
@@ -313,7 +310,7 @@ def test_the_warm_up_runs_each_chunk_size_in_every_span_a_generation_reaches():
         ran[(offsets.shape[0], keys.shape[0])] += 1
         return decode(upload, offsets, keys)
 
-    decode, target._step, target._exact = target._step, step, False  # chunks pad, as on cuda
+    decode, target._step = target._step, step
     try:
         target.warm_up()
         assert ran == Counter({(size, 256): 3 for size in CPU_BUCKETS})

@@ -8,8 +8,7 @@ import json
 import pytest
 
 import scripts.gpu_report as report
-from measure.gguf_random import per_layer
-from measure.gpu_bench import LLAMA_8B, TINY, read_bytes
+from measure.gpu_bench import LLAMA_8B, TINY, per_layer, read_bytes
 from scripts.gpu_report_md import render
 
 

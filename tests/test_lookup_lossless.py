@@ -18,10 +18,11 @@ from core.fusion import LookupPolicy
 from core.learned import Learned
 from core.sampling import Noise, SamplingConfig, logits_to_probs
 from core.suffix import ContextLookup
-from core.verify import sampled_scores, verify_sampled
+from core.verify import verify_sampled
 from tests.conftest import vanilla_ids
 from tests.fakes import (FakeDrafter, FakeGrammar, FakeTarget, ScriptedLearned, decode,
                          fake_profile, markov)
+from tests.reference import sampled_scores
 from tests.test_sampling_lossless import assert_matches
 
 V = 24
@@ -169,7 +170,7 @@ def test_a_generation_s_own_passes_outweigh_the_carried_rates():
     for _ in range(12):
         bands.observe([0.96] * 3, accepted=3)  # a copy: 36 passes
     assert bands.pass_probs([0.96])[0] == pytest.approx((3.2 + 36) / (4 + 40))
-    nxt = LookupBands(bands.state())
+    nxt = LookupBands(list(bands.alpha))
     assert nxt.tried == [0] * len(carried)
     assert nxt.pass_probs([0.96])[0] == pytest.approx(bands.alpha[top])
 

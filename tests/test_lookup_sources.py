@@ -28,8 +28,8 @@ def test_memory_misses_move_the_memory_s_bands_only():
         bands.observe([0.99] * 5, accepted=0, source="memory")
     assert bands.pass_probs([0.99, 0.85]) == context_before
     assert bands.pass_probs([0.99], "memory")[0] == pytest.approx(MEMORY_PRIOR[-1] * 4 / 7)
-    assert bands.state()[LookupBands.band(0.99, "memory")] == 0.0  # the carried ema (1.0)
-    assert LookupBands(bands.state()).pass_probs([0.99], "memory") == [0.0]
+    assert list(bands.alpha)[LookupBands.band(0.99, "memory")] == 0.0  # the carried ema (1.0)
+    assert LookupBands(list(bands.alpha)).pass_probs([0.99], "memory") == [0.0]
 
 
 def lookup(memory_rate: float) -> tuple[ContextLookup, LookupBands]:
@@ -63,7 +63,7 @@ def test_a_memory_round_is_counted_and_learned_in_the_memory_s_bands():
     assert low.draft.lookup_source == "context" and low.draft.tokens == PASSAGE[:len(low.draft)]
     pick_, bands = pick(memory_rate=1.0)
     assert pick_.source == "lookup" and pick_.draft.lookup_source == "memory"
-    assert pick_.draft.tail(1).lookup_source == pick_.draft.head(2).lookup_source == "memory"
+    assert pick_.draft[1:].lookup_source == pick_.draft[:2].lookup_source == "memory"
     telemetry, before = Telemetry(GenerationStats("lookup"), 0.0), list(bands.tried)
     telemetry.drafting(pick_.draft, pick_.source, pick_.offered)
     rec = telemetry.round(0.0, (0.0, 0.0), (0.0, 0.0), len(pick_.draft), accepted=0)

@@ -91,7 +91,7 @@ def stepped_from_new_threads(gen) -> list:
 async def _api_job(host, ids, cfg):
     from app.jobs import Gate, Job
 
-    job, events = Job(host, "smol-self", ids, [cfg], Gate(2)), []
+    job, events = Job(host, "smol-self", [ids], [cfg], Gate(2)), []
     while (item := await job.next()) is not None:
         events.append(item)
     return events

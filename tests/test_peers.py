@@ -54,10 +54,16 @@ def test_transformers_peers_match_vanilla(pair, vanilla, method):
         assert s["compiled"] is False and s["static_cache_len"] >= N
 
 
+def shares_weights(twin, model) -> bool:
+    """Every parameter of `twin` is the same tensor as `model`'s."""
+    ours = dict(model.named_parameters(remove_duplicate=False))
+    return all(p is ours[name] for name, p in twin.named_parameters(remove_duplicate=False))
+
+
 def test_the_peers_model_shares_the_target_s_weights_and_leaves_it_alone(pair):
     import torch
 
-    from measure.peer_model import peer_model, shares_weights
+    from measure.peer_model import peer_model
 
     model = pair.target.model
     twin = peer_model(pair.target)

@@ -11,7 +11,7 @@ from core import engine
 from core.engine import GenConfig, generate
 from core.predraft import PredraftPolicy
 from core.sampling import Noise, SamplingConfig, draft_draws, logits_to_probs
-from core.verify import reference_scores
+from tests.reference import reference_scores
 from tests.fakes import FakeDrafter, FakeTarget, decode, fake_profile, markov
 
 # Seeds a run, by a power calculation: a method whose law is off the target's by a total

@@ -4,6 +4,7 @@ below as data, with where and at which version they were read); refusals name th
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -15,7 +16,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import download_models  # noqa: E402
 from models.pairs import catalog, serving  # noqa: E402
-from models.pairs.serving import ServingRefusal, command_argvs, serve_command  # noqa: E402
+from models.pairs.serving import ServingRefusal, serve_command  # noqa: E402
+
+
+def command_argvs(text: str) -> list[list[str]]:
+    """The argv of each command in serve_command's text (comments dropped, continuations joined)."""
+    joined = text.replace(" \\\n", " ")
+    return [shlex.split(line) for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
 
 # ---- what the engines document (read with the search tools, November 2026) ----------------------
 

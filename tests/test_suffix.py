@@ -1,5 +1,5 @@
 """The suffix index (core/suffix.py): its matches and walks against a brute-force reference,
-incremental appends, candidates, the memory's cap and eviction, and sharing between threads."""
+incremental appends, the memory's cap and eviction, and sharing between threads."""
 from __future__ import annotations
 
 import threading
@@ -78,18 +78,14 @@ def test_pending_tokens_extend_the_tail():
     assert len(lookup.index) == 8  # pending tokens are not indexed
 
 
-def test_candidates_start_with_different_tokens_most_frequent_first():
+def test_the_most_frequent_next_token_is_proposed():
     idx = SuffixIndex([5, 1, 5, 2, 5, 1, 5, 3, 5])
-    cands = idx.candidates(3, 2)
-    assert [c.tokens[0] for c in cands] == [1, 3, 2]  # 1 twice; 3 is later than 2
-    assert idx.propose(1).tokens == [1]
-    assert idx.candidates(1, 4)[0].tokens == idx.propose(4).tokens
+    assert idx.propose(1).tokens == [1]  # 1 twice
 
 
 def test_no_match_proposes_nothing():
     assert not SuffixIndex([1, 2, 3]).propose(4)
     assert not SuffixIndex().propose(4)
-    assert SuffixIndex([1, 2, 3]).candidates(2, 4) == []
 
 
 def test_memory_is_consulted_beside_the_context_and_never_crosses_documents():

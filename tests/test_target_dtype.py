@@ -30,12 +30,12 @@ def test_dtype_defaults_and_errors():
 def test_conversion_in_bfloat16_rounds_the_float32_weights(tmp_path, monkeypatch):
     """A GGUF converted for a bfloat16 target: its own folder (`-bfloat16`) with the config and
     tokenizer, every weight the float32 conversion's rounded to bfloat16. A random 2-layer
-    GGUF (measure/gguf_random.py): the same code path as smol-self's (about 20 CPU seconds
+    GGUF (tests/gguf_random.py): the same code path as smol-self's (about 20 CPU seconds
     on a fresh cache), a fraction of the cost."""
     import torch
     from safetensors.torch import load_file
 
-    from measure.gguf_random import write_random_gguf
+    from tests.gguf_random import write_random_gguf
     from measure.gpu_bench import TINY
     from models.pairs.convert import converted_dir
 
@@ -55,7 +55,7 @@ def test_a_conversion_parses_its_gguf_once(tmp_path):
     (smol-self's and gemma-smol's conversions were byte for byte the same either way)."""
     import gguf
 
-    from measure.gguf_random import write_random_gguf
+    from tests.gguf_random import write_random_gguf
     from measure.gpu_bench import TINY
     from models.pairs.convert import _gguf_parsed_once
 

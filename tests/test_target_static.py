@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from core.verify import reference_scores
 from core.backends import SampleCheck, Scores
 from core.engine import GenConfig
 from core.sampling import DRAW, Noise, SamplingConfig, logits_to_probs, mix32, noise_key, uniforms
@@ -18,6 +17,7 @@ from models.target.sampling import device_scores
 from models.target.sampling import logits_to_probs as torch_probs
 from models.target.static import StaticTarget
 from models.target.eager import TorchTarget
+from tests.reference import reference_scores
 from tests.conftest import UNTIMED
 from tests.cut_target import load_cut
 
@@ -191,7 +191,7 @@ def test_noise_is_the_same_bits_in_numpy_and_torch():
 @pytest.mark.parametrize("sampling", SAMPLINGS)
 def test_device_sampled_scores_equal_the_reference(sampling):
     """The device reduction of a sampled verify (p of the draft tokens, residual and bonus
-    draws by the shared noise) gives core/verify.sampled_scores' answer, row for row."""
+    draws by the shared noise) gives tests/reference.sampled_scores' answer, row for row."""
     rng = np.random.default_rng(2)
     for trial in range(20):
         logits = rng.normal(0, 3, (6, 500)).astype(np.float32)
@@ -210,9 +210,9 @@ def test_device_sampled_scores_equal_the_reference(sampling):
 @pytest.fixture(scope="module")
 def compiled(pair_with, cut):
     """The cut smol-self (`cut`: why it proves what the full one would) with the compiled
-    target as --target-compile on runs it on the CPU: the chunk length dynamic, each chunk at
-    its own length (8 and 16 make it dynamic; one graph, a 1-token step included, as it pads
-    to 8), longer chunks eager."""
+    target as --target-compile on runs it on the CPU: the chunk length dynamic, each chunk
+    padded to 8 or 16 (two sizes make it dynamic; one graph, a 1-token step included, as it
+    pads to 8), longer chunks eager."""
     return load_cut(pair_with, target_compile="on", compile_buckets=(8, 16), n_ctx=512)
 
 

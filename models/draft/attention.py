@@ -11,12 +11,11 @@ own). The output is the target's either way; the draft's proposals may shift a l
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from models.draft.llama import FLASH_ATTN_TYPE, LlamaDrafter
+from models.draft.llama import FLASH_ATTN_TYPE, Choice, LlamaDrafter
 
 MODES = ("auto", "flash", "plain")
 PROBE_CONTEXT = 512  # tokens held when timed: a chat's prompt and some of its answer
@@ -24,33 +23,24 @@ PROBE_STEPS = 8  # decodes per timed round
 FASTER = 1.05  # auto: plain attention when it decoded at least this much faster
 
 
-@dataclass
-class AttentionChoice:
-    kind: str  # "flash" or "plain"
-    reason: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "reason": self.reason}
-
-
-def pick_attention(mode: str, timed) -> AttentionChoice:
+def pick_attention(mode: str, timed) -> Choice:
     """`flash` and `plain` as asked; `auto` plain where `timed()` (a cached measurement:
     seconds per decode at PROBE_CONTEXT tokens, per kind) says it decodes FASTER."""
     if mode not in MODES:
         raise ValueError(f"unknown draft attention '{mode}'; known: {', '.join(MODES)}")
     if mode != "auto":
-        return AttentionChoice(mode, f"{mode} (--draft-attention {mode})")
+        return Choice(mode, f"{mode} (--draft-attention {mode})")
     times = timed()
     speedup = times["flash"] / max(times["plain"], 1e-9)
     if speedup >= FASTER:
-        return AttentionChoice("plain", f"plain: {speedup:.2f}x flash attention's decode "
+        return Choice("plain", f"plain: {speedup:.2f}x flash attention's decode "
                                         f"speed at {PROBE_CONTEXT} tokens here")
-    return AttentionChoice("flash", f"flash: plain attention decoded {speedup:.2f}x as fast "
+    return Choice("flash", f"flash: plain attention decoded {speedup:.2f}x as fast "
                                     f"at {PROBE_CONTEXT} tokens here")
 
 
 def choose_attention(path: Path, mode: str, cores: int, remeasure: bool = False,
-                     say=None) -> AttentionChoice:
+                     say=None) -> Choice:
     """The loader's choice: pick_attention on the timing kept in draft_attention.json."""
     from models.fit.profiler import measured
 

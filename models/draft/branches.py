@@ -79,8 +79,7 @@ class Branches:
         return pre, bases
 
     def _fork(self, n_extra: int, first: int = 1) -> None:
-        """Sequences first..first+n_extra-1 share the prefix (all but seq 0's first draft
-        token)."""
+        """Sequences first..first+n_extra-1 share the prefix (all but seq 0's first draft token)."""
         base = len(self.tokens) - 1
         for j in range(first, first + n_extra):
             C.llama_memory_seq_cp(self.ctx.memory, 0, j, 0, base)

@@ -1,7 +1,6 @@
-"""The draft file's GGUF type and its Q8_0 copy (made once, cached), which prefills long
-prompts (models/draft/prefill.py): llama.cpp runs some GGUF types much faster than others (a
-Q8_0 copy of the SmolLM2 Q4_1 draft prefilled 700 tokens in 1.4 s instead of 2.8 s on one
-thread, AVX-512)."""
+"""The draft file's GGUF type and its Q8_0 copy (made once, cached), which prefills long prompts
+(models/draft/prefill.py): llama.cpp runs some GGUF types much faster than others (a Q8_0 copy of
+the SmolLM2 Q4_1 draft prefilled 700 tokens in 1.4 s instead of 2.8 s on one thread, AVX-512)."""
 from __future__ import annotations
 
 import ctypes

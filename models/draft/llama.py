@@ -6,6 +6,7 @@ import ctypes
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,16 @@ route_llama_logs()  # llama.cpp's log lines go to logging at debug level, not to
 # llama.cpp's flash_attn_type per attention kernel (models/draft/attention.py): -1 (its auto:
 # flash attention where it supports the model, its default), 0 (off: the plain kernel)
 FLASH_ATTN_TYPE = {"flash": -1, "plain": 0}
+
+
+@dataclass
+class Choice:
+    """What the loader picked for the draft (its attention kernel, its prompt prefill), and why."""
+    kind: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "reason": self.reason}
 
 
 class LlamaDrafter(Branches):
@@ -241,9 +252,7 @@ class LlamaDrafter(Branches):
         b.logits[len(entries) - 1] = True
 
     def _next_pos(self, seq: int) -> int:
-        if seq == 0:
-            return len(self.tokens)
-        return self.branch_base[seq] + len(self.branches[seq])
+        return len(self.tokens) if seq == 0 else self.branch_base[seq] + len(self.branches[seq])
 
     def _use_threads(self, n: int) -> None:
         if n != self._applied:

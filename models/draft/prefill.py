@@ -5,14 +5,13 @@ its own weights from there. The output is the target's either way; the draft's p
 shift a little (its cache holds the copy's keys and values)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as C
 
 from models.draft.format import EIGHT_BITS_OR_MORE, file_type, q8_copy
-from models.draft.llama import LlamaDrafter
+from models.draft.llama import Choice, LlamaDrafter
 
 MODES = ("auto", "copy", "own")
 MIN_TOKENS = 64  # fewer new tokens: the draft evaluates them itself (a move copies the cache)
@@ -51,42 +50,32 @@ class CopyPrefill:
         self.copy.close()
 
 
-@dataclass
-class PrefillChoice:
-    kind: str  # "copy" or "own"
-    reason: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "reason": self.reason}
-
-
 def pick_prefill(drafter, path: Path, mode: str, cores: int, timed, progress=None):
-    """(CopyPrefill or None, PrefillChoice) for the draft at `path` run by `drafter`:
+    """(CopyPrefill or None, Choice) for the draft at `path` run by `drafter`:
     `own` never copies; a draft of 8 bits or more has no faster copy; `copy` always uses
     it; `auto` uses it when `timed(measure)` (a cached measurement) says it prefills
     FASTER than the draft itself on `cores` threads."""
     if mode not in MODES:
         raise ValueError(f"unknown draft prefill '{mode}'; known: {', '.join(MODES)}")
     if mode == "own":
-        return None, PrefillChoice("own", "the draft itself (--draft-prefill own)")
+        return None, Choice("own", "the draft itself (--draft-prefill own)")
     ftype = file_type(path)
     if ftype in EIGHT_BITS_OR_MORE:
-        return None, PrefillChoice("own", f"the draft itself: already {ftype}")
+        return None, Choice("own", f"the draft itself: already {ftype}")
     prefill = CopyPrefill(q8_copy(path, progress), drafter.n_ctx, attention=drafter.attention)
     if mode == "copy":
-        return prefill, PrefillChoice("copy", "its Q8_0 copy (--draft-prefill copy)")
+        return prefill, Choice("copy", "its Q8_0 copy (--draft-prefill copy)")
     times = timed(lambda: time_prefills(drafter, prefill, cores))
     speedup = times["own"] / max(times["copy"], 1e-9)
     if speedup >= FASTER:
-        return prefill, PrefillChoice("copy", f"its Q8_0 copy: {speedup:.1f}x the {ftype} "
+        return prefill, Choice("copy", f"its Q8_0 copy: {speedup:.1f}x the {ftype} "
                                               f"file's prefill speed here")
     prefill.close()
-    return None, PrefillChoice("own", f"the draft itself: its Q8_0 copy prefilled only "
+    return None, Choice("own", f"the draft itself: its Q8_0 copy prefilled only "
                                       f"{speedup:.2f}x as fast here")
 
 
-def choose_prefill(drafter, path: Path, mode: str, cores: int, remeasure: bool = False,
-                   say=None):
+def choose_prefill(drafter, path: Path, mode: str, cores: int, remeasure: bool = False, say=None):
     """The loader's choice: pick_prefill on the timing kept in draft_prefill.json (per
     machine, draft as run, core count)."""
     from models.fit.profiler import measured

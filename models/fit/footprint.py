@@ -23,8 +23,9 @@ CUDA_WORKSPACES = 32 * 1024 ** 2
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The sizes of a decoder-only transformer that decide its parameter count."""
+class ModelDims:
+    """The sizes of a decoder-only transformer that decide its parameter count, and the memory
+    it takes: weights per precision, KV cache, working memory."""
     hidden: int
     layers: int
     vocab: int
@@ -37,7 +38,7 @@ class Shape:
     tied: bool = False
 
     @classmethod
-    def from_config(cls, config: dict) -> "Shape":
+    def from_config(cls, config: dict) -> "ModelDims":
         c = config.get("text_config") or config
         h = _first(c, "hidden_size", "n_embd", "d_model")
         heads = _first(c, "num_attention_heads", "n_head", default=max(1, h // 128))
@@ -56,24 +57,6 @@ class Shape:
         embed = self.vocab * self.hidden * (1 if self.tied else 2)
         return self.layers * (attn + mlp + 2 * self.hidden) + embed + self.hidden
 
-
-def _first(c: dict, *keys: str, default: int | None = None) -> int:
-    for k in keys:
-        if c.get(k):
-            return int(c[k])
-    if default is None:
-        raise PairError(f"config.json has none of {', '.join(keys)}; cannot size the model")
-    return default
-
-
-@dataclass(frozen=True)
-class ModelDims(Shape):
-    """A Shape and the memory it takes: weights per precision, KV cache, working memory."""
-
-    @property
-    def params(self) -> int:
-        return self.parameters()
-
     def linears(self) -> list[tuple[int, int, int]]:
         """(out_features, in_features, how many) of every quantizable linear layer."""
         h, q, kv, n = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.layers
@@ -88,7 +71,7 @@ class ModelDims(Shape):
     def weights(self, kind: str, base_bytes: int = 2, group: int | None = None, padded: bool = True) -> int:
         """Weights in `kind`; embeddings, lm_head and norms stay in the base dtype. padded: int4
         in cuda's tinygemm layout (the CPU's int4 layout does not pad)."""
-        rest = (self.params - self.linear_params) * base_bytes
+        rest = (self.parameters() - self.linear_params) * base_bytes
         return rest + sum(c * linear_bytes(o, i, kind, base_bytes, group or INT4_GROUP, padded)
                           for o, i, c in self.linears())
 
@@ -150,6 +133,15 @@ def linear_bytes(out: int, inp: int, kind: str, base_bytes: int = 2, group: int 
     raise ValueError(f"unknown precision '{kind}'; known: none, int8, int4")
 
 
+def _first(c: dict, *keys: str, default: int | None = None) -> int:
+    for k in keys:
+        if c.get(k):
+            return int(c[k])
+    if default is None:
+        raise PairError(f"config.json has none of {', '.join(keys)}; cannot size the model")
+    return default
+
+
 def _ceil(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -171,10 +163,7 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, ctx: int, dtyp
     return 2 * n_layers * n_kv_heads * head_dim * ctx * dtype_bytes
 
 
-def model_dims(config: dict) -> ModelDims:
-    """ModelDims of a llama / mistral / qwen2 / gemma3 style config.json (nested text_config too)."""
-    return ModelDims.from_config(config)
-
+model_dims = ModelDims.from_config  # of a llama / mistral / qwen2 / gemma3 style config.json
 
 def margin_bytes(total: int | None) -> int:
     """Room left unused: 0.5 GiB plus 1/16 of the card (1.0 GiB at 8 GiB, 2.0 at 24): cuBLAS and

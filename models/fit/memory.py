@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.pairs.catalog import PairError
-from models.fit.footprint import (GIB, ModelDims, Shape, kv_cache_bytes, margin_bytes,  # noqa: F401
+from models.fit.footprint import (GIB, ModelDims, kv_cache_bytes, margin_bytes,  # noqa: F401
                               max_context, model_dims, size_config, trained_window)
 
 MEMINFO = Path("/proc/meminfo")
@@ -19,7 +19,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def estimate_bytes(config: dict, dtype_bytes: int = 2) -> int:
     """Weights plus headroom for the KV cache and activations (10%, at least 0.5 GiB)."""
-    weights = Shape.from_config(config).parameters() * dtype_bytes
+    weights = model_dims(config).parameters() * dtype_bytes
     return weights + max(weights // 10, GIB // 2)
 
 
@@ -31,20 +31,14 @@ def free_bytes(device: str) -> tuple[int | None, str]:
 
 def device_memory(device: str) -> tuple[int | None, int | None, str]:
     """(free, total, where): GPU memory for cuda*, available RAM (no total) for cpu."""
-    if device.startswith("cuda"):
-        return _cuda_memory(device)
     if device == "cpu":
         return meminfo_available(), None, "CPU RAM"
-    return None, None, device
-
-
-def _cuda_memory(device: str) -> tuple[int | None, int | None, str]:
     import torch
-    if not torch.cuda.is_available():
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
         return None, None, device
-    dev = torch.device(device)
-    free, total = torch.cuda.mem_get_info(dev)
-    name = torch.cuda.get_device_name(dev)
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    name = torch.cuda.get_device_name(torch.device(device))
     return free, total, f"{device} ({name}, {total / GIB:.1f} GiB total)"
 
 
@@ -86,7 +80,6 @@ class Budget:
     group: int | None = None
     where: str = ""
     dtype: str | None = None  # the base dtype's name, for labels (fp16 and bf16 are both 2 bytes)
-    speeds: dict | None = None  # measured ms of a verify chunk per precision on this device
 
     def label(self, kind: str) -> str:
         """How a precision is shown: 'none' as the dtype it runs in."""
@@ -158,35 +151,17 @@ def pick_quant(dims: ModelDims, ctx: int, budget: Budget, runs=PRECISIONS) -> Qu
     label = budget.label
     room = "free memory unknown" if budget.free is None else \
         f"{budget.free / GIB:.1f} GiB free on {budget.where or budget.device}"
-    kind, faster = by_speed(fits, budget.speeds)
+    kind = fits[0]
     why = "; ".join(f"{label(k)} needs {needed[k] / GIB:.1f} GiB"
-                    for k in PRECISIONS[:PRECISIONS.index(fits[0])] if k in runs)
+                    for k in PRECISIONS[:PRECISIONS.index(kind)] if k in runs)
+    note = f"; {INT8_COST}" if kind == "int8" and budget.cuda else ""
     reason = (f"picked {label(kind)} ({needed[kind] / GIB:.1f} GiB{': ' + why if why else ''}; "
-              f"{room}{faster}{_int8_note(kind, budget)}) {_table(dims, ctx, budget, needed)}")
+              f"{room}{note}) {_table(dims, ctx, budget, needed)}")
     return QuantPick(kind, needed, fits, budget.free, reason)
 
 
 INT8_COST = ("int8 saves memory and costs speed on cuda: a verify chunk of 2+ rows writes and "
              "reads a bf16 copy of each weight (about 5 bytes a weight against bf16's 2)")
-
-
-def by_speed(fits: tuple[str, ...], speeds: dict | None) -> tuple[str, str]:
-    """(precision, why) among those that fit: the best one, except that int8 gives way to a
-    smaller precision that fits and was measured faster on this device (`speeds`: ms of a
-    verify chunk per precision; without it, the order alone)."""
-    kind = fits[0]
-    if kind != "int8" or not speeds or "int8" not in speeds:
-        return kind, ""
-    quicker = [k for k in fits[1:] if k in speeds and speeds[k] < speeds["int8"]]
-    if not quicker:
-        return kind, ""
-    k = quicker[0]
-    return k, (f"; {k} measured faster than int8 here ({speeds[k]:.2f} ms against "
-               f"{speeds['int8']:.2f} ms a verify chunk)")
-
-
-def _int8_note(kind: str, budget: Budget) -> str:
-    return f"; {INT8_COST}" if kind == "int8" and budget.cuda and not budget.speeds else ""
 
 
 def _table(dims: ModelDims, ctx: int, budget: Budget, needed: dict[str, int]) -> str:

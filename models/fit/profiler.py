@@ -31,20 +31,19 @@ BUSY = 0.25  # other processes' share of the cores above which a measurement was
 
 
 def machine_key() -> str:
-    return f"{platform.node()}|{_cpu_name()}"
+    return f"{platform.node()}|{cpu_name()}"
 
 
 @functools.cache
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model name, read once (a profile is looked up at every generation)."""
-    cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return cpu
+    return platform.processor() or platform.machine()
 
 
 def machine_load(seconds: float = 0.25) -> float | None:
@@ -140,10 +139,10 @@ _PROFILES_LOOKED_UP: set[str] = set()  # profile keys this process has looked up
 
 def load_or_measure(pair_name: str, drafter, target, threads: tuple[int, int],
                     remeasure: bool = False, progress=None) -> Profile:
-    """The budget profile, looked up at every generation: its load is checked at this
-    process's first lookup only (at every one it delayed each generation by the reading and,
-    beside a busy neighbour, profiled again and again); a running generation's budget scales
-    it to what it measures."""
+    """The budget profile, looked up at every generation: its load is checked at this process's
+    first lookup only (at every one it delayed each generation by the reading and, beside a busy
+    neighbour, profiled again and again); a running generation's budget scales it to what it
+    measures."""
     key = (f"v6|{machine_key()}|{pair_name}|{drafter.name}|{target.device}|{target.dtype}|"
            f"{target.quant}|{target.path}|draft{threads[0]}|target{threads[1]}")
     first = key not in _PROFILES_LOOKED_UP

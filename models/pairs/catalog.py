@@ -47,23 +47,6 @@ class PairSpec:
     extra: dict = field(default_factory=dict)
 
     @property
-    def target_repo(self) -> str | None:
-        return self.target.get("repo")
-
-    @property
-    def draft_repo(self) -> str | None:
-        return self.draft.get("repo")
-
-    @property
-    def draft_file(self) -> str | None:
-        return self.draft.get("file")
-
-    @property
-    def infill(self) -> bool:
-        """The target has fill-in-the-middle tokens (/infill; app/infill.py reads them)."""
-        return bool(self.extra.get("infill", False))
-
-    @property
     def gated(self) -> bool:
         return bool(self.extra.get("gated", False))
 
@@ -190,15 +173,6 @@ def package_file(package: str, file: str) -> Path:
     raise PairError(f"model file '{file}' not found in package '{package}' ({root})")
 
 
-def resolve_file(entry: dict) -> Path:
-    """Local path of a GGUF named by a catalog entry (package file or local path)."""
-    if "package" in entry:
-        return package_file(entry["package"], entry["file"])
-    if "path" in entry:
-        return Path(entry["path"]).expanduser()
-    raise PairError(f"catalog entry has no local file: {entry}")
-
-
 def target_source(spec: PairSpec) -> tuple[str, Path]:
     """("gguf", file) for a GGUF target (embedded or local), ("hf", folder) for a safetensors one."""
     t = spec.target
@@ -211,7 +185,8 @@ def target_source(spec: PairSpec) -> tuple[str, Path]:
         if path.is_dir() and weights_complete(path):
             return "hf", path
         raise _missing(spec, f"target {path} is missing or incomplete")
-    folder = _cached_snapshot(t["repo"], t.get("revision", "main"))
+    config = _cached_file(t["repo"], "config.json", t.get("revision", "main"))
+    folder = config.parent if config else None
     if folder is None or not weights_complete(folder):
         raise _missing(spec, f"target {t['repo']} is not downloaded")
     return "hf", folder
@@ -283,8 +258,3 @@ def _cached_file(repo: str, file: str, revision: str) -> Path | None:
                                     cache_dir=cache_dir()))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
-
-
-def _cached_snapshot(repo: str, revision: str) -> Path | None:
-    config = _cached_file(repo, "config.json", revision)
-    return config.parent if config else None

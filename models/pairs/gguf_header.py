@@ -16,11 +16,6 @@ GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7
                 10: "<Q", 11: "<q", 12: "<d"}
 
 
-def gguf_tokens(read: Callable[[int], bytes]) -> list[str] | None:
-    """tokenizer.ggml.tokens from a GGUF header, reading only as far as that key."""
-    return gguf_field(read, "tokenizer.ggml.tokens")
-
-
 def gguf_field(read: Callable[[int], bytes], name: str):
     """The value of key `name` in a GGUF header, reading only as far as it; None if absent."""
     if read(4) != b"GGUF":

@@ -56,7 +56,10 @@ class HubConfig:
 
     @classmethod
     def from_env(cls, local_dir: str | Path | None = None) -> "HubConfig":
-        return cls(endpoint=endpoint(), token=token(), cache_dir=cache_dir(),
+        from huggingface_hub import get_token
+
+        return cls(endpoint=os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/"),
+                   token=os.environ.get("HF_TOKEN") or get_token(), cache_dir=cache_dir(),
                    local_dir=Path(local_dir).expanduser().resolve() if local_dir else None)
 
     def folder_for(self, repo: str) -> Path | None:
@@ -85,15 +88,6 @@ class RepoPlan:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
-
-
-def endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
-
-
-def token() -> str | None:
-    from huggingface_hub import get_token
-    return os.environ.get("HF_TOKEN") or get_token()
 
 
 # ---- errors -----------------------------------------------------------------------------------

@@ -70,12 +70,6 @@ def serve_command(spec: PairSpec, engine: str, gpus: int = 1, draft_on: str | No
     return "\n".join(head + commands)
 
 
-def command_argvs(text: str) -> list[list[str]]:
-    """The argv of each command in serve_command's text (comments dropped, continuations joined)."""
-    joined = text.replace(" \\\n", " ")
-    return [shlex.split(line) for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
 # ---- one builder per engine: (comment lines, command lines) ---------------------------------------
 
 def _vllm(spec: PairSpec, s: ServeSpec, gpus: int, draft_sampling: str) -> tuple[list[str], list[str]]:

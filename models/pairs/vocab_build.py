@@ -40,7 +40,6 @@ class VocabMap:
         self.control_t2d, self.control_d2t = self._controls()
         for d, t in self.control_d2t.items():
             self.d2t[d] = t
-        self.one_to_one = self.d2t >= 0
         self._report: dict | None = None  # report(), once asked
 
     def _twins(self) -> np.ndarray:
@@ -189,17 +188,13 @@ def hf_tokenize(tokenizer, side: VocabSide) -> Tokenize:
     return after_newline
 
 
-def llama_tokenize(drafter) -> Tokenize:
-    return lambda text: drafter.tokenize(text, special=False)
-
-
 # -- the pair ---------------------------------------------------------------------------------
 def build_vocab(drafter, tokenizer, target_size: int, target_eos: set[int],
                 progress: Callable[[str], None] | None = None):
     """IdentityVocab when both sides spell every id alike, else a MappedVocab; PairError
     when the two vocabularies cannot work together (the message says why)."""
     say = progress or log.info
-    d_tok = llama_tokenize(drafter)
+    d_tok: Tokenize = lambda text: drafter.tokenize(text, special=False)  # noqa: E731
     path = _cache_path(drafter, tokenizer)
     vmap = _load(path)
     if vmap is None:

@@ -86,22 +86,16 @@ def masks(model, pos: torch.Tensor, keys: torch.Tensor):
     return out
 
 
-def write(module, key, value, pos: torch.Tensor, span: int):
-    """Write this chunk's K/V into the layer's buffers at `pos`; the first `span` slots."""
-    k_buf, v_buf = module.duo_k, module.duo_v
-    k_buf.index_copy_(2, pos, key.to(k_buf.dtype))
-    v_buf.index_copy_(2, pos, value.to(v_buf.dtype))
-    return k_buf[:, :, :span], v_buf[:, :, :span]
-
-
 def span_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                    scaling: float | None = None, duo_pos=None, duo_keys=None, **kwargs):
     """Write this chunk's K/V at `duo_pos`, then attend over the first len(duo_keys) slots,
     never repeating K/V per query head: on the CPU SDPA's `enable_gqa`; elsewhere the query
     heads of one K/V head packed side by side (a boolean mask keeps cuda's memory-efficient
     kernel, which takes no grouped heads)."""
-    k, v = write(module, key, value, duo_pos, duo_keys.shape[0])
-    span = duo_keys.shape[0]
+    k_buf, v_buf, span = module.duo_k, module.duo_v, duo_keys.shape[0]
+    k_buf.index_copy_(2, duo_pos, key.to(k_buf.dtype))
+    v_buf.index_copy_(2, duo_pos, value.to(v_buf.dtype))
+    k, v = k_buf[:, :, :span], v_buf[:, :, :span]
     if query.device.type == "cpu":  # its SDPA reads K/V in place with enable_gqa (measured)
         out = F.scaled_dot_product_attention(query, k, v, attn_mask=attention_mask,
                                              scale=scaling, enable_gqa=True)

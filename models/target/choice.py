@@ -105,11 +105,10 @@ def triton_missing() -> str | None:
 
 def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
                     choice: str = "auto", group: int | None = None, progress=None):
-    """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits;
-    `auto`: the best precision that runs here and whose weights, KV cache, working memory and
-    a margin fit the free memory (unquantized > int8 > int4), on cuda and on the CPU alike:
-    never a lossy one for speed. DoesNotFit (a PairError) says what would fit when nothing
-    does."""
+    """(kind, reason) for `--target-quant`: what the user asked for when it runs and fits; `auto`:
+    the best precision that runs here and whose weights, KV cache, working memory and a margin fit
+    the free memory (unquantized > int8 > int4), on cuda and on the CPU alike: never a lossy one for
+    speed. DoesNotFit (a PairError) says what would fit when nothing does."""
     from models.fit.memory import GIB, DoesNotFit, device_budget, model_dims, pick_quant
     from models.target.quant import supported
     from models.target.eager import DTYPES
@@ -119,7 +118,6 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
                          f"got '{choice}'")
     dims = model_dims(json.loads((Path(model_dir) / "config.json").read_text()))
     budget = device_budget(device, dtype, group)
-    runs = [k for k in ("none", "int8", "int4") if supported(k, device, DTYPES[dtype])[0]]
     if choice != "auto":
         ok, why = supported(choice, device, DTYPES[dtype])
         if not ok:
@@ -128,5 +126,5 @@ def pick_quant_kind(model_dir: Path, device: str, dtype: str, n_ctx: int,
             raise DoesNotFit(f"the target in {choice} needs {budget.needed(dims, choice, n_ctx) / GIB:.1f} "
                              f"GiB at {n_ctx} tokens; {budget.free / GIB:.1f} GiB free on {budget.where}")
         return choice, "as asked"
-    pick = pick_quant(dims, n_ctx, budget, runs=runs)
+    pick = pick_quant(dims, n_ctx, budget, runs=_running(device, dtype))
     return pick.kind, pick.reason

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from core.backends import SampleCheck, Scores
+from core.backends import SampleCheck, Scores, check_chunk
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.fit.footprint import trained_window
@@ -42,10 +42,9 @@ class TorchTarget:
     path = "eager"  # which target path runs: stats and the placement line say it
     graph_threads: int = 0  # a compiled CPU target's count (its graphs are guarded on it)
 
-    def __init__(self, model_dir: str | Path, device: str | None = None,
-                 n_ctx: int | None = None, dtype: str = "auto", quant: str = "none",
-                 quant_group: int | None = None, progress=None, *, model=None,
-                 pack: bool = False):
+    def __init__(self, model_dir: str | Path, device: str | None = None, n_ctx: int | None = None,
+                 dtype: str = "auto", quant: str = "none", quant_group: int | None = None,
+                 progress=None, *, model=None, pack: bool = False):
         """`model`: an already built causal LM (random weights of a real shape, say) used
         instead of loading `model_dir`, which then only names it; `quant` still applies.
         `pack`: the linear layers on packed weights where that pays (models/target/packed.py)."""
@@ -93,7 +92,7 @@ class TorchTarget:
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
         """Append `tokens`; float32 logits (n_rows, vocab) of the last n_rows, on the device."""
-        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         try:
             out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
@@ -153,14 +152,6 @@ class TorchTarget:
         gc.collect()  # a model's reference cycles would keep its weights until the next pass
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-
-
-def _check_chunk(tokens: list[int], n_rows: int, n_cached: int, n_ctx: int) -> None:
-    if not tokens or not 1 <= n_rows <= len(tokens):
-        raise ValueError(f"score() needs 1..{len(tokens)} rows of at least one token")
-    if n_cached + len(tokens) > n_ctx:
-        raise ValueError(f"the context window is full: {n_cached} + {len(tokens)} tokens "
-                         f"> {n_ctx}")
 
 
 def _eos_ids(model) -> set[int]:

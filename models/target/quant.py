@@ -168,18 +168,6 @@ def group_size(linears) -> int:
     raise ValueError(f"int4 needs in_features divisible by {GROUP_SIZES[-1]}")
 
 
-def quant_kind(model: torch.nn.Module) -> str:
-    """'int8', 'int4' or 'none', read from the first linear layer's weight type."""
-    for m in model.modules():
-        if isinstance(m, torch.nn.Linear):
-            name = type(m.weight).__name__
-            if name.startswith("Int8"):
-                return "int8"
-            if name.startswith("Int4"):
-                return "int4"
-    return "none"
-
-
 # ---- cache: quantized weights as safetensors + JSON metadata (torchao's flatten format) ------
 
 def load_or_quantize(model_dir: str | Path, kind: str, device: str, dtype: torch.dtype,

@@ -1,5 +1,5 @@
 """The sampling transform of core/sampling.py on the target's device, so a verify round
-moves to the CPU only what the verifier needs (tested equal to the numpy reference)."""
+moves to the CPU only what the verifier needs (tested equal to tests/reference.py's numpy)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,10 +11,9 @@ from core.logprobs import Logprobs, draft_of
 from core.sampling import DRAW, SamplingConfig, mix32, noise_key, uniforms
 
 
-def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
-                  check: SampleCheck | None = None, adjust: Adjustments | None = None,
-                  tokens: list[int] = ()) -> Scores:
-    """core/verify.reference_scores on the device: the rows adjusted, then greedy: their argmax
+def device_scores(logits: torch.Tensor, sampling: SamplingConfig, check: SampleCheck | None = None,
+                  adjust: Adjustments | None = None, tokens: list[int] = ()) -> Scores:
+    """tests/reference.reference_scores on the device: the rows adjusted, then greedy: their argmax
     (n_rows integers); coupled sampling: each row's draw; rejection sampling: p_target of the
     draft tokens, residual and bonus draws; the raw rows' logprobs when asked (`tokens`: what
     score() appended). One download each."""
@@ -28,7 +27,7 @@ def device_scores(logits: torch.Tensor, sampling: SamplingConfig,
 
 
 def apply_adjust(logits: torch.Tensor, adjust: Adjustments | None) -> torch.Tensor:
-    """core/constraints.apply_rows on the device: one upload of the packed masks and one of
+    """tests/reference.apply_rows on the device: one upload of the packed masks and one of
     the sparse biases (through pinned memory: `upload`), unpacked and applied there (a new
     tensor; the raw rows stay)."""
     if adjust is None or not adjust.changes_logits:
@@ -79,9 +78,8 @@ def _bit_table(device) -> torch.Tensor:
     return _TABLES[key]
 
 
-def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
-                    k: int) -> Logprobs:
-    """core/logprobs.reference_logprobs on the device: one download of the picked values."""
+def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int], k: int) -> Logprobs:
+    """tests/reference.reference_logprobs on the device: one download of the picked values."""
     lsm = torch.log_softmax(logits.float(), dim=-1)
     dev, n = lsm.device, lsm.shape[0]
     picks = torch.tensor([draft + [0] * (n - len(draft)), own], dtype=torch.long, device=dev)
@@ -91,8 +89,7 @@ def device_logprobs(logits: torch.Tensor, draft: list[int], own: list[int],
     return Logprobs(draft=chosen[0][:len(draft)], own=chosen[1], top_ids=top_ids, top=top)
 
 
-def _scores(logits: torch.Tensor, sampling: SamplingConfig,
-            check: SampleCheck | None) -> Scores:
+def _scores(logits: torch.Tensor, sampling: SamplingConfig, check: SampleCheck | None) -> Scores:
     """Greedy: the rows' argmax; coupled: each row's draw; rejection: sampled_scores."""
     if sampling.greedy:
         return Scores(choice=logits.argmax(dim=-1).tolist())
@@ -110,8 +107,7 @@ def _scores(logits: torch.Tensor, sampling: SamplingConfig,
         rows = torch.cat([torch.where(empty, probs[:g], resid), probs[g:]])
     drawn = draw(rows, check.noise.seed, check.base)
     out = torch.cat([p_draft, drawn.double()]).tolist()
-    return Scores(p_draft=out[:g], recovered=[int(t) for t in out[g:2 * g]],
-                  bonus=int(out[2 * g]))
+    return Scores(p_draft=out[:g], recovered=[int(t) for t in out[g:2 * g]], bonus=int(out[2 * g]))
 
 
 def _q_rows(q_draft, like: torch.Tensor) -> torch.Tensor:

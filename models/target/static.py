@@ -1,7 +1,7 @@
 """The fast target path: K/V preallocated per layer and written at absolute positions, each
 forward attending only over a length bucket just past what the sequence holds
-(models/target/attention.py); verify chunks compiled with their length dynamic (on cuda
-padded to a few sizes, a CUDA graph each), one upload (position and ids) and one download
+(models/target/attention.py); verify chunks compiled with their length dynamic (padded
+to a few sizes; on cuda a CUDA graph each), one upload (position and ids) and one download
 (argmaxes, or what the sampled verifier needs) a round; long prompts prefilled eagerly in big
 chunks on the same buffers.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from core.backends import SampleCheck, Scores
+from core.backends import SampleCheck, Scores, check_chunk
 from core.constraints import Adjustments
 from core.sampling import SamplingConfig
 from models.target import attention as span
@@ -27,32 +27,25 @@ from models.pairs.convert import cache_root
 from models.fit.footprint import (BUCKETS, PREFILL_CHUNK,  # the sizes the memory picker counts
                                   span_limit, static_slots)
 from models.target.sampling import device_scores
-from models.target.eager import TorchTarget, _check_chunk
+from models.target.eager import TorchTarget
 
 
 _COMPILED: weakref.WeakSet = weakref.WeakSet()  # compiled targets not closed yet
-# CPU chunks longer than this run at their own length, shorter ones padded to a bucket: on
-# the 2-core EPYC (smol-self, one thread) 9 and 13 tokens took 114 and 124 ms unpadded against
-# 136 and 127 padded to 16, but 3 tokens 123 ms against 87 padded to 4
-EXACT_FROM = 8
 
 
 class StaticTarget(TorchTarget):
     """Same verbs as TorchTarget; `compile` picks the compiled forward or the eager one."""
 
-    def __init__(self, model_dir: str | Path, device: str | None = None,
-                 n_ctx: int | None = None, dtype: str = "auto", compile: bool = True,
-                 buckets: tuple[int, ...] | None = None, progress=None, quant: str = "none",
-                 quant_group: int | None = None, *, model=None):
-        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress,
-                         model=model)
+    def __init__(self, model_dir: str | Path, device: str | None = None, n_ctx: int | None = None,
+                 dtype: str = "auto", compile: bool = True, buckets: tuple[int, ...] | None = None,
+                 progress=None, quant: str = "none", quant_group: int | None = None, *, model=None):
+        super().__init__(model_dir, device, n_ctx, dtype, quant, quant_group, progress, model=model)
         cuda = self.device.startswith("cuda")
         self.buckets = tuple(sorted(buckets or BUCKETS))
         self.compiled = compile
         # a dynamic chunk length where it saves compiles: two sizes past 1 (a dynamic graph
         # compiles slower than one static size)
         self._dynamic_chunk = sum(b > 1 for b in self.buckets) > 1
-        self._exact = self._dynamic_chunk and not cuda  # chunks unpadded on the CPU
         self.path = "static-compiled" if compile else "static"
         self._softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping",
                                 None)
@@ -112,7 +105,7 @@ class StaticTarget(TorchTarget):
         """Greedy: one forward and one download of n_rows argmaxes; sampling, or rows to
         adjust or logprobs to report: the head over the n_rows hidden rows, reduced on the
         device to what the verifier needs."""
-        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         if sampling.greedy and adjust is None and len(tokens) <= self.buckets[-1]:
             choice, _ = self._chunk(tokens)
             end = len(tokens)
@@ -122,7 +115,7 @@ class StaticTarget(TorchTarget):
     @torch.inference_mode()
     def logits(self, tokens: list[int], n_rows: int) -> torch.Tensor:
         """Append `tokens`; float32 logits of the last n_rows positions, on the device."""
-        _check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
+        check_chunk(tokens, n_rows, self.n_cached, self.n_ctx)
         return self._rows(tokens, n_rows)
 
     def _rows(self, tokens: list[int], n_rows: int) -> torch.Tensor:
@@ -180,11 +173,8 @@ class StaticTarget(TorchTarget):
         return choice, logits  # a CUDA graph's own buffers: read them before the next step
 
     def _size(self, n: int) -> int:
-        """The chunk's length in the graph: on the CPU with a dynamic chunk, its own past
-        EXACT_FROM (the cost follows the tokens); else the bucket that holds it (a CUDA graph
-        is recorded per length)."""
-        if self._exact and n > EXACT_FROM:
-            return n
+        """The chunk's length in the graph: the bucket that holds it (a CUDA graph is recorded
+        per length)."""
         return next(b for b in self.buckets if b >= n)
 
     def _decode(self, upload: torch.Tensor, offsets: torch.Tensor, keys: torch.Tensor):
@@ -204,9 +194,8 @@ class StaticTarget(TorchTarget):
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, keys: torch.Tensor):
         mask = span.masks(self.model, pos, keys)
-        out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0),
-                               attention_mask=mask, use_cache=False, duo_pos=pos,
-                               duo_keys=keys)
+        out = self.model.model(input_ids=ids, position_ids=pos.unsqueeze(0), attention_mask=mask,
+                               use_cache=False, duo_pos=pos, duo_keys=keys)
         return out.last_hidden_state[0]
 
     def _capped(self, logits: torch.Tensor) -> torch.Tensor:
@@ -298,7 +287,7 @@ def _compiled(fn, cuda: bool, quant: str = "none"):
     serves chunks of 2..32 (dynamo keeps a length of 1 apart: the plain round's own graph) and
     every span; two compiles, not one per chunk size (78 against 195 CPU seconds cold for
     smol-self's six sizes on a 2-core EPYC). On cuda a CUDA graph is recorded per chunk size
-    and span bucket (mode reduce-overhead); chunks are still padded to the buckets for that.
+    and span bucket (mode reduce-overhead).
     A quantized target's compile gets torchao's inductor settings, for this compile only."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")  # kept across starts
     options = {"triton.cudagraphs": cuda}  # what mode="reduce-overhead" sets

@@ -1,5 +1,5 @@
 """A Llama GGUF of random weights written with the `gguf` package (F16): a target of a shape
-no file of which is at hand, and the projection of a time from two layer counts."""
+no file of which is at hand, for the conversion's tests."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,9 +69,3 @@ def _random_arrays(shapes: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
     return {k: (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(np.float16)
             for k, s in shapes.items()}
 
-
-def per_layer(times: dict[int, float], layers: int) -> float:
-    """Project a decode time to `layers` layers from two measured layer counts (linear)."""
-    (a, ta), (b, tb) = sorted(times.items())[:2]
-    slope = (tb - ta) / (b - a)
-    return ta + (layers - a) * slope
