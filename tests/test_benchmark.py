@@ -252,7 +252,7 @@ def test_the_lookup_option_on_the_command_line():
                                                           "duo-nolookup")] == [
         "on", "on", "auto", "auto", "off"]
     one = generate.parse(["--prompt", "x", "--method", "vanilla", "--lookup", "on"])
-    with pytest.raises(ValueError, match="lookup 'on'"):
+    with pytest.raises(ValueError, match="lookup: 'on'"):
         gen_config(one, one.method)
     with pytest.raises(SystemExit):
         generate.parse(["--prompt", "x", "--lookup", "maybe"])
