@@ -14,7 +14,7 @@ from core.engine import GenConfig
 from core.sampling import SamplingConfig
 from measure.device_profile import load_profile, profile_names
 from measure.emulate import (EmulatedTarget, Emulation, ProfileClock, ShadowClock,
-                             check_config, emulate, shadow_target)
+                             check_config, draft_token_s, emulate, shadow_target)
 from measure.oracle import Oracle, Refused, oracle_key, oracle_path
 from tests.conftest import one_line_exit_2, reference_pair, vanilla_ids
 
@@ -152,6 +152,22 @@ def test_shadow_clock_runs_the_chunk_at_its_filled_length():
     target.close()
 
 
+def test_the_scale_s_draft_time_is_the_median_of_its_probes(monkeypatch):
+    """One slow or fast probe does not move the scale: the median of the probes, each at the
+    emulation's draft threads, the drafter's own count set back after."""
+    import contextlib
+
+    import models.fit.profiler as profiler
+
+    probes = iter([0.015, 0.030, 0.014, 0.016, 0.013])
+    monkeypatch.setattr(profiler, "interleaved", lambda fns: {"d": next(probes)})
+    threads = []
+    drafter = SimpleNamespace(set_threads=lambda n: threads.append(n) or 4,
+                              preserved=contextlib.nullcontext)
+    assert draft_token_s(drafter, 1, probes=5) == pytest.approx(0.015)
+    assert threads == [1, 4]
+
+
 # -- the oracle's cache and the real pairs ------------------------------------------------------
 @pytest.fixture(scope="module")
 def emulated_smol(smol_pair):
@@ -188,7 +204,9 @@ def test_gemma_smol_under_emulation_is_the_real_targets(gemma_pair):
     pair = reference_pair("gemma-smol")
     try:
         ids = pair.prompt_ids(PROMPTS[0])
+        pair.lookup_memory.add(ids + vanilla_ids(gemma_pair, ids, N))  # as an oracle's run leaves
         emulate(pair, "rtx4090-llama8b-bf16", [ids], N, scale=0.05)
+        assert len(pair.lookup_memory) == 0  # no answer for the emulated lookup to copy
         for method in ("vanilla", "sps", "duo"):
             cfg = GenConfig(method=method, max_new_tokens=N, cache_prompt=False)
             out = [t for ev in pair.generate(ids, cfg) for t in ev.tokens]
