@@ -13,6 +13,7 @@ from core.config import GenConfig
 from core.sampling import SamplingConfig
 from measure.device_profile import DeviceProfile, load_profile
 from measure.oracle import Oracle, Refused, oracle_path
+from measure.replay import forget
 
 CLOCKS = ("profile", "shadow")
 SHAPES = ("llama8b", "tiny")  # the shadow clock's (measure/gpu_bench.py)
@@ -240,7 +241,7 @@ def emulate(pair, name: str, prompts: list[list[int]], n_tokens: int, clock: str
     profile = load_profile(name)
     shape = check_clock(clock, shape, profile)
     paths = {tuple(ids): oracle_path(pair, ids, n_tokens, progress) for ids in prompts}
-    pair.lookup_memory.clear()  # the oracles' answers: the emulated lookup would copy them
+    forget(pair)  # the oracles' answers: the emulated lookup would copy them
     real = pair.target
     ticker = (ProfileClock(profile, 1.0, sleep) if clock == "profile"
               else ShadowClock(shadow_target(shape, _shadow_device(), real.n_ctx,
