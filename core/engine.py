@@ -121,6 +121,11 @@ class Run:
         last.done, last.stats = True, s.to_dict()
         return last
 
+    @property
+    def prefilling(self) -> bool:
+        """Whether the next verify prefills the prompt (more than one token is uncached)."""
+        return len(self.ctx) - self.target.n_cached > 1
+
     def draft_room(self, gamma: int, ahead: int = 0) -> int:
         """Never draft past what may still be emitted or past the target's window; `ahead`:
         draft tokens already pending before this chunk (duo drafts from ctx + draft)."""

@@ -44,6 +44,8 @@ class LookupPolicy:
         continuation of the context, and `model` extended by the lookup's continuation of
         context + model. `beside`: the worker drafts the next chunk during this verify (the
         chunk is used when every token passes)."""
+        if run.prefilling:  # tokens after the prompt's prefill delay the first token
+            return Pick(model, "model" if len(model) else "plain")
         room = run.draft_room(LOOKUP_MAX)
         after = self.proposal(run, [], room)
         fused = self.proposal(run, model.tokens, room - len(model)) if len(model) else Lookup()

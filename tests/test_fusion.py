@@ -16,8 +16,9 @@ MODEL_CHUNK = PASSAGE[20:27]  # the model's chunk: what the copy continues with
 
 
 class Run:
-    """What the policy reads of a generation: its context, room and grammar (none)."""
-    adjust = None
+    """What the policy reads of a generation: its context, room and grammar (none); the
+    prompt is prefilled."""
+    adjust, prefilling = None, False
 
     def __init__(self, ctx: list[int]):
         self.ctx = ctx

@@ -335,3 +335,27 @@ def test_a_probe_never_drops_the_model_s_chunk():
     assert _probe(options[:1], own) is own
     plain = Pick(Draft(), "plain", True)
     assert _probe(options[:1], plain).source == "lookup"
+
+
+class ScoreLog(FakeTarget):
+    """A fake target that records the length of every chunk it scores."""
+
+    def __init__(self, P: np.ndarray):
+        super().__init__(P)
+        self.lengths: list[int] = []
+
+    def score(self, tokens, n_rows, sampling, check=None, adjust=None):
+        self.lengths.append(len(tokens))
+        return super().score(tokens, n_rows, sampling, check, adjust)
+
+
+@pytest.mark.parametrize("method", ["lookup", "duo", "duo-shared"])
+def test_the_prompt_s_prefill_verifies_no_lookup_tokens(method):
+    """The first token comes after the prompt's prefill alone, though COPY's repeat gives the
+    index a continuation of the prompt; later rounds verify the index's tokens."""
+    target, shared = ScoreLog(P), method == "duo-shared"
+    ids, _, stats = run("duo" if shared else method, "on", target=target,
+                        shared_cores=shared, **COUNTED)
+    assert ids == run("vanilla")[0]
+    assert target.lengths[0] == len(COPY)
+    assert stats["lookup"]["proposed"] > 0
